@@ -1,0 +1,314 @@
+"""Commands of SPEC §4 (imperative, one model per op) and their parsing into coded errors."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from contracts.errors import ErrorCode, ReminderError, WarningBody
+from contracts.spec import (
+    DEFAULT_MAX_BODY_BYTES,
+    MAX_WIRE_INT,
+    DeliveryMode,
+    ReminderSpec,
+    error_from_validation,
+    has_control_chars,
+    is_utf8_encodable,
+    normalize_mode,
+    parse_reminder,
+)
+
+
+def _check_session_id(value: str) -> str:
+    if has_control_chars(value) or not is_utf8_encodable(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _check_text(value: str) -> str:
+    if not is_utf8_encodable(value):
+        raise ValueError("must be valid Unicode text")
+    return value
+
+
+SessionId = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_check_session_id)]
+"""A session id: 1–256 characters, no control characters (SPEC §1)."""
+Identifier = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_check_session_id)]
+"""An agent, task, request or reminder id on the wire."""
+Turn = Annotated[int, Field(ge=0, le=MAX_WIRE_INT)]
+"""The host's turn counter."""
+RenderFormat = Literal["context-directives", "system-reminder"]
+Seam = Literal[
+    "iteration_start",
+    "post_tool_dispatch",
+    "iteration_end",
+    "pre_tool_dispatch",
+    "daemon_idle_pre",
+    "daemon_idle_post",
+    "loop_exit",
+]
+
+#: Seam aliases of SPEC §4.4.
+SEAM_ALIASES: dict[str, Seam] = {
+    "iteration_start": "iteration_start",
+    "turn_start": "iteration_start",
+    "post_tool_dispatch": "post_tool_dispatch",
+    "iteration_end": "iteration_end",
+    "turn_end": "iteration_end",
+    "pre_tool_dispatch": "pre_tool_dispatch",
+    "daemon_idle_pre": "daemon_idle_pre",
+    "daemon_idle_post": "daemon_idle_post",
+    "loop_exit": "loop_exit",
+}
+
+#: Bound on `user_text` of a render (it is never stored, but it is copied into the reply).
+MAX_USER_TEXT_BYTES = 1024 * 1024
+
+
+class Command(BaseModel):
+    """Fields every command may carry (SPEC §4.1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    op: ClassVar[str]
+
+    session_id: SessionId = Field(description="The session the command acts on.")
+    agent_id: Identifier | None = Field(
+        default=None, description="The acting agent; defaults to the session id."
+    )
+    task_id: Identifier | None = Field(default=None, description="Optional host task id.")
+    request_id: Identifier | None = Field(
+        default=None, description="Idempotency key: a repeat returns the first reply."
+    )
+
+
+class Inject(Command):
+    """Add a reminder, directly into `pending` or queued for a seam (SPEC §4.2)."""
+
+    op: ClassVar[str] = "inject"
+    mode: DeliveryMode | None = Field(
+        default=None, description="Queue for a seam; null injects straight into pending."
+    )
+    reminder: ReminderSpec = Field(description="The reminder to add.")
+
+
+class ClearSelector(BaseModel):
+    """Which live reminders a `clear` removes; every present selector must match."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    id: str | None = Field(default=None, description="Reminder id.")
+    tag: str | None = Field(default=None, description="Matches when any tag equals it.")
+    dedupe_key: str | None = Field(default=None, description="Dedupe key.")
+
+
+class Clear(Command):
+    """Expire live reminders that match a selector (SPEC §4.3)."""
+
+    op: ClassVar[str] = "clear"
+    selector: ClearSelector = Field(description="Trimmed; empty values are ignored.")
+
+
+class Checkpoint(Command):
+    """Drain queued reminders at a seam of the host loop (SPEC §4.4)."""
+
+    op: ClassVar[str] = "checkpoint"
+    seam: Seam = Field(description="The seam reached (aliases resolved on parse).")
+    turn: Turn = Field(description="The host's current turn.")
+
+
+class Revoke(Command):
+    """Withdraw a queued reminder before it drains (SPEC §4.5)."""
+
+    op: ClassVar[str] = "revoke"
+    reminder_id: Identifier = Field(description="The queued reminder to withdraw.")
+
+
+class Render(Command):
+    """Build the envelope for a prompt (SPEC §4.6, §5)."""
+
+    op: ClassVar[str] = "render"
+    turn: Turn = Field(description="The turn being built.")
+    format: RenderFormat | None = Field(
+        default=None, description="Envelope format; null uses the configured default."
+    )
+    user_text: Annotated[str, AfterValidator(_check_text)] | None = Field(
+        default=None, description="When set, the reply also holds the inline placement (§5.5)."
+    )
+
+
+class EndTurn(Command):
+    """The post-turn boundary: TTL pass (SPEC §4.7)."""
+
+    op: ClassVar[str] = "end_turn"
+    turn: Turn = Field(description="The turn that ended.")
+
+
+class Compact(Command):
+    """The host compacted its transcript (SPEC §4.8)."""
+
+    op: ClassVar[str] = "compact"
+    turn: Turn = Field(description="The turn at which compaction happened.")
+
+
+class Handoff(Command):
+    """Hand propagating reminders to a sub-agent's session (SPEC §4.9)."""
+
+    op: ClassVar[str] = "handoff"
+    child_session_id: SessionId = Field(description="The sub-agent's session.")
+    sub_agent_id: Identifier | None = Field(
+        default=None, description="The sub-agent; defaults to the child session id."
+    )
+    child_turn: Turn = Field(
+        default=0,
+        description="The child's current turn, used as the inherited `fired_at_turn` "
+        "(a new sub-agent session starts at 0).",
+    )
+
+
+class Inherit(Command):
+    """Child side of a handoff, issued by the propagator for one `handed_off` event."""
+
+    op: ClassVar[str] = "inherit"
+    parent_session_id: SessionId = Field(description="The session that handed off.")
+    parent_agent_id: Identifier = Field(description="The parent's agent id.")
+    handoff_event_id: Identifier = Field(description="The `handed_off` event applied.")
+    sub_agent_id: Identifier = Field(description="The sub-agent receiving the reminders.")
+    reminders: list[ReminderSpec] = Field(description="The specs exactly as handed off.")
+
+
+class Forget(Command):
+    """Purge a session from the log (operator only, SPEC §4.11)."""
+
+    op: ClassVar[str] = "forget"
+
+
+class StateQuery(Command):
+    """Read the projected session state (SPEC §4.10)."""
+
+    op: ClassVar[str] = "state"
+    min_seq: Annotated[int, Field(ge=0, le=MAX_WIRE_INT)] | None = Field(
+        default=None, description="Wait until at least this session_seq is projected."
+    )
+    timeout_ms: Annotated[int, Field(ge=0, le=60_000)] | None = Field(
+        default=None, description="How long to wait for the projection (default 2000)."
+    )
+
+
+class PendingInjectionsQuery(Command):
+    """List queued reminders in FIFO order (SPEC §4.10)."""
+
+    op: ClassVar[str] = "pending_injections"
+    timeout_ms: Annotated[int, Field(ge=0, le=60_000)] | None = Field(
+        default=None, description="How long to wait for the projection (default 2000)."
+    )
+
+
+#: Commands the core decides (they append events).
+DECIDED_COMMANDS: tuple[type[Command], ...] = (
+    Inject,
+    Clear,
+    Checkpoint,
+    Revoke,
+    Render,
+    EndTurn,
+    Compact,
+    Handoff,
+    Inherit,
+)
+_ALL_COMMANDS: tuple[type[Command], ...] = (
+    *DECIDED_COMMANDS,
+    Forget,
+    StateQuery,
+    PendingInjectionsQuery,
+)
+COMMANDS: dict[str, type[Command]] = {command.op: command for command in _ALL_COMMANDS}
+
+
+def _reject(message: str, field: str) -> ReminderError:
+    return ReminderError(ErrorCode.INVALID_REQUEST, message, {"field": field})
+
+
+def _prepare_inject(
+    body: dict[str, Any], max_body_bytes: int
+) -> tuple[dict[str, Any], list[WarningBody]]:
+    if "reminder" not in body:
+        raise _reject("missing field: reminder", "reminder")
+    spec, warnings = parse_reminder(body["reminder"], max_body_bytes=max_body_bytes)
+    return {**body, "reminder": spec, "mode": normalize_mode(body.get("mode"))}, warnings
+
+
+def _prepare_clear(body: dict[str, Any]) -> dict[str, Any]:
+    selector = body.get("selector")
+    if not isinstance(selector, dict):
+        raise ReminderError(
+            ErrorCode.INVALID_OPTION, "clear needs a selector object", {"field": "selector"}
+        )
+    unknown = sorted(str(key) for key in selector if key not in ClearSelector.model_fields)
+    if unknown:
+        raise ReminderError(
+            ErrorCode.INVALID_OPTION,
+            f"unknown option(s): {', '.join(unknown)}",
+            {"unknown": unknown},
+        )
+    trimmed: dict[str, str] = {}
+    for key, value in selector.items():
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ReminderError(
+                ErrorCode.INVALID_OPTION,
+                f"invalid selector.{key}: must be a string",
+                {"field": f"selector.{key}"},
+            )
+        if value.strip():
+            trimmed[key] = value.strip()
+    if not trimmed:
+        raise ReminderError(
+            ErrorCode.INVALID_OPTION, "clear needs a selector: id, tag or dedupe_key"
+        )
+    return {**body, "selector": trimmed}
+
+
+def _prepare_inherit(body: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
+    reminders = body.get("reminders")
+    if not isinstance(reminders, list):
+        raise _reject("reminders must be a list", "reminders")
+    specs = [parse_reminder(item, max_body_bytes=max_body_bytes)[0] for item in reminders]
+    return {**body, "reminders": specs}
+
+
+def parse_command(
+    op: str, raw: object, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> tuple[Command, list[WarningBody]]:
+    """Validate a raw JSON value as the command `op`, or raise the coded error of §2.2.
+
+    Returns the command and the warnings its reply must carry.
+    """
+    cls = COMMANDS.get(op)
+    if cls is None:
+        raise ReminderError(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]!r}", {"op": op})
+    if not isinstance(raw, dict):
+        raise ReminderError(ErrorCode.INVALID_REQUEST, "a command must be a JSON object")
+    body: dict[str, Any] = dict(raw)
+    warnings: list[WarningBody] = []
+    if cls is Inject:
+        body, warnings = _prepare_inject(body, max_body_bytes)
+    elif cls is Clear:
+        body = _prepare_clear(body)
+    elif cls is Inherit:
+        body = _prepare_inherit(body, max_body_bytes)
+    elif cls is Checkpoint and isinstance(body.get("seam"), str):
+        seam = SEAM_ALIASES.get(body["seam"])
+        if seam is None:
+            raise _reject(f"unknown seam: {body['seam'][:64]!r}", "seam")
+        body["seam"] = seam
+    if isinstance(body.get("user_text"), str) and len(body["user_text"]) > MAX_USER_TEXT_BYTES:
+        raise ReminderError(ErrorCode.TOO_LARGE, "user_text is too large", {"field": "user_text"})
+    try:
+        command = cls.model_validate(body)
+    except ValidationError as exc:
+        raise error_from_validation(
+            exc, field_codes={}, default=ErrorCode.INVALID_REQUEST
+        ) from None
+    return command, warnings

@@ -1,0 +1,261 @@
+"""The event envelope (SPEC §3.3) and one payload model per kind (SPEC §3.5).
+
+Events are facts in the past tense. Payload field names follow the reference runtime's
+lifecycle records so existing tooling reads them as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from contracts.spec import Authority, DeliveryMode, Propagate, ReminderSpec, RoleHint, Source
+
+SCHEMA_V1: Final = "reminder-ledger.event/v1"
+"""The only envelope version this build reads and writes (SPEC §3.7)."""
+
+EventKind = Literal[
+    "queued",
+    "injected",
+    "deduped",
+    "revoked",
+    "fired",
+    "delivered",
+    "post_turn",
+    "expired",
+    "dropped",
+    "compacted",
+    "handed_off",
+    "inherited",
+    "provider_evaluated",
+]
+
+
+class Payload(BaseModel):
+    """Base of every payload: frozen, no unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Queued(Payload):
+    """A reminder was queued for a seam."""
+
+    reminder: ReminderSpec = Field(description="The full spec, id and fired_at_turn set.")
+    mode: DeliveryMode = Field(description="Which seams drain it.")
+    position: int = Field(description="1-based FIFO position, never reused in the session.")
+
+
+class Injected(Payload):
+    """A reminder became live (pending) in the session."""
+
+    reminder_id: str = Field(description="The reminder's id.")
+    tags: list[str] = Field(description="Its tags.")
+    dedupe_key: str | None = Field(description="Its dedupe key.")
+    source: Source = Field(description="Who produced it.")
+    role_hint: RoleHint = Field(description="Its role hint.")
+    authority: Authority = Field(description="Its authority.")
+    ttl_turns: int | None = Field(description="Its TTL at injection.")
+    propagate: Propagate = Field(description="Its propagation.")
+    originating_agent_id: str | None = Field(description="The first emitter.")
+    audit_only: bool = Field(description="Recorded only, never rendered (loop_exit drain).")
+    reminder: ReminderSpec = Field(description="The full spec, body included.")
+
+
+class Deduped(Payload):
+    """Live reminders with the newcomer's dedupe key were removed."""
+
+    reminder_id: str = Field(description="The newcomer.")
+    replacing_id: str = Field(description="The newcomer again (reference runtime's name).")
+    replaced_id: str = Field(description="The first reminder removed.")
+    replaced_ids: list[str] = Field(description="Every reminder removed, in injection order.")
+    dedupe_key: str = Field(description="The shared key.")
+    dropped_count: int = Field(description="How many were removed.")
+    boundary: Literal["inject"] = Field(description="Always `inject` (SPEC §4.8).")
+
+
+class Revoked(Payload):
+    """A queued reminder was withdrawn."""
+
+    reminder_id: str = Field(description="The revoked reminder.")
+
+
+class Fired(Payload):
+    """A reminder was rendered as a directive of an envelope."""
+
+    reminder_id: str = Field(description="The reminder.")
+    turn_number: int = Field(description="The render's turn.")
+    tags: list[str] = Field(description="Its tags.")
+    dedupe_key: str | None = Field(description="Its dedupe key.")
+    source: Source = Field(description="Who produced it.")
+    role_hint: RoleHint = Field(description="Its role hint.")
+    authority: Authority = Field(description="Its authority.")
+    rendered_role: Literal["user"] = Field(description="The message role it was rendered in.")
+    ttl_turns: int | None = Field(description="Its TTL remaining when rendered.")
+    propagate: Propagate = Field(description="Its propagation.")
+    originating_agent_id: str | None = Field(description="The first emitter.")
+    body: str = Field(description="Its body, unescaped.")
+
+
+class Delivered(Payload):
+    """An envelope was committed to the transcript."""
+
+    turn_number: int = Field(description="The render's turn.")
+    format: Literal["context-directives", "system-reminder"] = Field(description="Its format.")
+    speaker: Literal["harness", "person"] = Field(description="The speaker (§5.3).")
+    nonce: str | None = Field(description="The session nonce, when configured.")
+    instructions: str = Field(description="The instructions paragraph used (may be empty).")
+    directive_ids: list[str] = Field(description="Reminder ids, in rendered order.")
+    text: str = Field(description="The exact envelope text.")
+    text_sha256: str = Field(description="SHA-256 hex of the UTF-8 text.")
+
+
+class PostTurn(Payload):
+    """The post-turn TTL pass ran."""
+
+    turn_number: int = Field(description="The turn that ended.")
+    decremented_ids: list[str] = Field(description="Reminders whose TTL went down by one.")
+    expired_count: int = Field(description="Reminders that expired in this pass.")
+    decremented_count: int = Field(description="len(decremented_ids).")
+    remaining_count: int = Field(description="Live reminders after the pass.")
+
+
+class Expired(Payload):
+    """A live reminder left the session."""
+
+    reminder_id: str = Field(description="The reminder.")
+    reason: Literal["ttl", "compaction", "cleared"] = Field(description="Why.")
+    ttl_turns_before: int | None = Field(description="Its TTL remaining before.")
+    expired_at_turn: int = Field(description="The turn of the boundary.")
+    expired_at_boundary: Literal["post_turn", "pre_compact", "clear"] = Field(
+        description="Which boundary removed it."
+    )
+
+
+class Dropped(Payload):
+    """A reminder was refused at render time and left the session."""
+
+    reminder_id: str = Field(description="The reminder.")
+    reason: Literal["invalid", "capability_mismatch"] = Field(description="Why.")
+    code: str = Field(description="Machine code, e.g. `spoofed_tag`.")
+    error: str = Field(description="Human-readable explanation (never the body).")
+
+
+class Compacted(Payload):
+    """The host compacted: delivered history cleared, preserved reminders re-armed."""
+
+    turn_number: int = Field(description="The compaction's turn.")
+    decremented_ids: list[str] = Field(description="TTL decrements of the pre-compact pass.")
+    preserved_ids: list[str] = Field(description="Survivors kept, now undelivered.")
+    directives_cleared: int = Field(description="Directives in the cleared delivered history.")
+
+
+class HandedOff(Payload):
+    """The parent handed reminders to a sub-agent session."""
+
+    child_session_id: str = Field(description="The sub-agent's session.")
+    sub_agent_id: str = Field(description="The sub-agent.")
+    propagated_ids: list[str] = Field(description="Ids handed over.")
+    reminders: list[ReminderSpec] = Field(description="The specs exactly as the child gets them.")
+
+
+class Inherited(Payload):
+    """A reminder arrived from a parent session (after its `injected`)."""
+
+    reminder_id: str = Field(description="The reminder.")
+    originating_agent_id: str | None = Field(description="The first emitter.")
+    sub_agent_id: str = Field(description="The receiving sub-agent.")
+    parent_session_id: str = Field(description="The session it came from.")
+    propagate: Propagate = Field(description="Its propagation.")
+
+
+class ProviderEvaluated(Payload):
+    """A provider was evaluated against a runtime event (SPEC §9)."""
+
+    provider_id: str = Field(description="The provider.")
+    event: str = Field(description="The runtime event kind.")
+    fired: bool = Field(description="Whether it produced a reminder.")
+    reason: str = Field(description="Why it fired or not.")
+    error: str | None = Field(description="Error code, if it failed.")
+
+
+AnyPayload = (
+    Queued
+    | Injected
+    | Deduped
+    | Revoked
+    | Fired
+    | Delivered
+    | PostTurn
+    | Expired
+    | Dropped
+    | Compacted
+    | HandedOff
+    | Inherited
+    | ProviderEvaluated
+)
+
+
+#: The kind of each payload model, for emitting events from a payload alone.
+KIND_OF: dict[type[Payload], EventKind] = {
+    Queued: "queued",
+    Injected: "injected",
+    Deduped: "deduped",
+    Revoked: "revoked",
+    Fired: "fired",
+    Delivered: "delivered",
+    PostTurn: "post_turn",
+    Expired: "expired",
+    Dropped: "dropped",
+    Compacted: "compacted",
+    HandedOff: "handed_off",
+    Inherited: "inherited",
+    ProviderEvaluated: "provider_evaluated",
+}
+PAYLOADS: dict[str, type[Payload]] = {kind: model for model, kind in KIND_OF.items()}
+
+
+class Event(BaseModel):
+    """One message of the log: the envelope of SPEC §3.3 around a typed payload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_: Literal["reminder-ledger.event/v1"] = Field(
+        alias="schema", description="Envelope version."
+    )
+    event_id: str = Field(description="UUIDv7; also the `Nats-Msg-Id`.")
+    kind: EventKind = Field(description="What happened; also the subject's kind token.")
+    session_id: str = Field(description="The session.")
+    agent_id: str = Field(description="The acting agent; defaults to the session id.")
+    task_id: str | None = Field(description="The host task, if any.")
+    session_seq: int = Field(ge=1, description="1-based, contiguous per session.")
+    turn: int = Field(ge=0, description="The command's turn, else the highest seen.")
+    occurred_at: str = Field(description="The gateway's clock at decision time (RFC 3339).")
+    command_id: str = Field(description="Id of the command that decided it.")
+    request_id: str | None = Field(description="The command's idempotency key.")
+    payload: AnyPayload = Field(description="Kind-specific facts (SPEC §3.5).")
+    reply: dict[str, Any] | None = Field(
+        description="On the last event of a command: the reply that was sent."
+    )
+    chain: str = Field(description="Hash chain link (SPEC §3.3.1).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _payload_by_kind(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            kind = data.get("kind")
+            payload = data.get("payload")
+            model = PAYLOADS.get(kind) if isinstance(kind, str) else None
+            if model is not None and isinstance(payload, dict):
+                return {**data, "payload": model.model_validate(payload)}
+        return data
+
+    @model_validator(mode="after")
+    def _payload_matches_kind(self) -> Event:
+        if not isinstance(self.payload, PAYLOADS[self.kind]):
+            raise ValueError(f"payload does not match kind {self.kind}")
+        return self
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object of SPEC §3.3, `chain` included."""
+        return self.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,147 @@
+"""Replies to the commands of SPEC §4: `{"ok": true, ..., "session_seq": N}` or an error."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.errors import ErrorBody, WarningBody
+
+#: Optional keys left out of the wire form when unset ("plus warnings when any").
+_OMIT_WHEN_NONE = frozenset({"warnings", "inline"})
+
+
+class Reply(BaseModel):
+    """Base of every successful reply."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ok: Literal[True] = Field(default=True, description="Always true on success.")
+    session_seq: int = Field(description="The session's last session_seq after the command.")
+    warnings: list[WarningBody] | None = Field(
+        default=None, description="Non-fatal remarks (e.g. HARN-RMD-004); absent when none."
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object sent on the bus and recorded in the last event's `reply`."""
+        wire = self.model_dump(mode="json")
+        for key in _OMIT_WHEN_NONE:
+            if key in wire and wire[key] is None:
+                del wire[key]
+        return wire
+
+
+class InjectedReply(Reply):
+    """Reply to a direct inject."""
+
+    reminder_id: str = Field(description="The new reminder's id.")
+    deduped_count: int = Field(description="How many live reminders it replaced.")
+
+
+class QueuedReply(Reply):
+    """Reply to an inject with a delivery mode."""
+
+    reminder_id: str = Field(description="The queued reminder's id.")
+    queued: Literal[True] = Field(default=True, description="Always true.")
+    position: int = Field(description="Its 1-based FIFO position.")
+
+
+class ClearReply(Reply):
+    """Reply to clear."""
+
+    removed_count: int = Field(description="Live reminders removed.")
+
+
+class CheckpointReply(Reply):
+    """Reply to checkpoint."""
+
+    drained: list[str] = Field(description="Ids drained, oldest first.")
+    dispatch_skipped: bool = Field(description="The host must skip its pending tool batch.")
+
+
+class RevokeReply(Reply):
+    """Reply to revoke."""
+
+    status: Literal["revoked", "already_revoked"] = Field(description="Outcome.")
+
+
+class Envelope(BaseModel):
+    """The rendered envelope (SPEC §4.6)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(description="Exact text to commit as one trailing user message.")
+    speaker: Literal["harness", "person"] = Field(description="Speaker (§5.3).")
+    directive_ids: list[str] = Field(description="Reminder ids in rendered order.")
+    turn_number: int = Field(description="The render's turn.")
+    format: Literal["context-directives", "system-reminder"] = Field(description="Format.")
+
+
+class InlinePlacement(BaseModel):
+    """User text with the envelope folded in (SPEC §5.5)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(description="user_text, a blank line, then the envelope.")
+    range: list[int] = Field(
+        min_length=2, max_length=2, description="[start, end) of the envelope in UTF-16 units."
+    )
+
+
+class RenderReply(Reply):
+    """Reply to render."""
+
+    envelope: Envelope | None = Field(description="Null when nothing is left to render.")
+    inline: InlinePlacement | None = Field(
+        default=None, description="Only when the render carried user_text and an envelope."
+    )
+
+
+class EndTurnReply(Reply):
+    """Reply to end_turn."""
+
+    expired_count: int = Field(description="Reminders expired by this pass.")
+    decremented_count: int = Field(description="Reminders whose TTL went down.")
+    remaining_count: int = Field(description="Live reminders after the pass.")
+
+
+class AlreadyAppliedReply(Reply):
+    """The boundary (or handoff) was already applied; nothing was appended."""
+
+    already_applied: Literal[True] = Field(default=True, description="Always true.")
+
+
+class CompactReply(Reply):
+    """Reply to compact."""
+
+    expired_count: int = Field(description="Expired by the pre-compact TTL pass.")
+    compacted_count: int = Field(description="Expired because not preserved.")
+    preserved_count: int = Field(description="Survivors re-armed for the next render.")
+    directives_cleared: int = Field(description="Directives in the cleared history.")
+
+
+class HandoffReply(Reply):
+    """Reply to handoff."""
+
+    propagated_ids: list[str] = Field(description="Reminder ids handed to the child.")
+
+
+class InheritReply(Reply):
+    """Reply to the propagator's inherit."""
+
+    inherited_ids: list[str] = Field(description="Reminders now live in the child.")
+    skipped_ids: list[str] = Field(description="Already live in the child; left alone.")
+
+
+class ErrorReply(BaseModel):
+    """Every failed reply."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ok: Literal[False] = Field(default=False, description="Always false on failure.")
+    error: ErrorBody = Field(description="The coded error.")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object sent on the bus."""
+        return self.model_dump(mode="json")

@@ -1,0 +1,67 @@
+"""Canonical bytes, the hash chain (SPEC §3.3.1), session tokens (§3.2) and derived ids."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+
+_PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def canonical_json(value: Any) -> str:
+    """UTF-8 JSON with sorted keys, no insignificant whitespace, non-ASCII unescaped.
+
+    Exactly the SPEC's definition, so an outside auditor can reproduce it with the standard
+    library alone.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str) -> str:
+    """SHA-256 of the UTF-8 bytes of `text`, lowercase hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def chain_link(previous_chain: str, envelope_without_chain: dict[str, Any]) -> str:
+    """`sha256_hex(previous_chain + "\\n" + canonical(envelope without "chain"))`."""
+    return sha256_hex(previous_chain + "\n" + canonical_json(envelope_without_chain))
+
+
+def session_token(session_id: str) -> str:
+    """The subject token of a session: the id itself when plain, else `=` + 40 hex of SHA-256."""
+    if _PLAIN_TOKEN.match(session_id):
+        return session_id
+    return "=" + sha256_hex(session_id)[:40]
+
+
+def event_subject(kind: str, session_id: str) -> str:
+    """`transcript.reminder.<kind>.<session_token>`."""
+    return f"transcript.reminder.{kind}.{session_token(session_id)}"
+
+
+def session_subject_filter(session_id: str) -> str:
+    """Every event of one session: `transcript.reminder.*.<session_token>`."""
+    return f"transcript.reminder.*.{session_token(session_id)}"
+
+
+def epoch_millis(occurred_at: str) -> int:
+    """Milliseconds since the epoch of an RFC 3339 timestamp with a `Z` or offset."""
+    return int(datetime.fromisoformat(occurred_at.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def derived_uuid7(occurred_at: str, *seed: str) -> str:
+    """A UUIDv7 whose time is `occurred_at` and whose random bits are a hash of `seed`.
+
+    Event ids are derived, not drawn, so deciding the same command against the same state
+    yields the same ids (and JetStream's duplicate window drops an exact re-send).
+    """
+    digest = bytearray(hashlib.sha256("\n".join(seed).encode("utf-8")).digest()[:16])
+    millis = epoch_millis(occurred_at) & ((1 << 48) - 1)
+    digest[0:6] = millis.to_bytes(6, "big")
+    digest[6] = 0x70 | (digest[6] & 0x0F)
+    digest[8] = 0x80 | (digest[8] & 0x3F)
+    return str(uuid.UUID(bytes=bytes(digest)))

@@ -1,0 +1,622 @@
+"""`decide(state, command, context) -> Decision`: the rules of SPEC §4 as pure functions.
+
+A decider emits draft events into a `Batch`, which folds each one into a scratch state so
+later rules in the same command see earlier effects (a second drained reminder dedupes the
+first). `Batch.finish` numbers the events, attaches the reply to the last one and links the
+hash chain. Rejections raise `ReminderError` inside; `decide` turns them into error replies,
+so a rejected command yields no events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts import commands as cmd
+from contracts import events as ev
+from contracts.errors import ErrorCode, ReminderError, WarningBody
+from contracts.replies import (
+    AlreadyAppliedReply,
+    CheckpointReply,
+    ClearReply,
+    CompactReply,
+    EndTurnReply,
+    Envelope,
+    ErrorReply,
+    HandoffReply,
+    InheritReply,
+    InjectedReply,
+    InlinePlacement,
+    QueuedReply,
+    RenderReply,
+    Reply,
+    RevokeReply,
+)
+from contracts.spec import DeliveryMode, ReminderSpec
+from contracts.state import PendingRow, SessionState
+from core import render as rn
+from core.canonical import chain_link, derived_uuid7, sha256_hex
+from core.config import CommandContext, CoreConfig
+from core.fold import Scratch, apply_event
+
+#: Which queued modes each seam drains (SPEC §4.4).
+SEAM_DRAINS: dict[str, frozenset[DeliveryMode]] = {
+    "iteration_start": frozenset({"interrupt_immediate", "finish_step"}),
+    "post_tool_dispatch": frozenset({"interrupt_immediate", "finish_step"}),
+    "iteration_end": frozenset({"interrupt_immediate", "finish_step"}),
+    "pre_tool_dispatch": frozenset({"interrupt_immediate"}),
+    "daemon_idle_pre": frozenset({"interrupt_immediate"}),
+    "daemon_idle_post": frozenset({"interrupt_immediate"}),
+    "loop_exit": frozenset({"audit_only"}),
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one command decided: events to append (maybe none) and the reply to send."""
+
+    events: tuple[ev.Event, ...]
+    reply: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command was accepted."""
+        return bool(self.reply.get("ok"))
+
+
+@dataclass
+class Batch:
+    """Draft events of one command, folded as they are emitted."""
+
+    state: SessionState
+    command: cmd.Command
+    context: CommandContext
+    turn: int
+    command_id: str
+    scratch: Scratch = field(init=False)
+    drafts: list[ev.Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.scratch = Scratch.thaw(self.state)
+
+    def emit(self, payload: ev.AnyPayload) -> None:
+        """Record one decided fact and let the scratch state see it."""
+        kind = ev.KIND_OF[type(payload)]
+        session_seq = self.state.session_seq + len(self.drafts) + 1
+        draft = ev.Event.model_construct(
+            schema_=ev.SCHEMA_V1,
+            event_id=derived_uuid7(
+                self.context.occurred_at, self.command_id, self.command.session_id, str(session_seq)
+            ),
+            kind=kind,
+            session_id=self.command.session_id,
+            agent_id=self.command.agent_id or self.command.session_id,
+            task_id=self.command.task_id,
+            session_seq=session_seq,
+            turn=self.turn,
+            occurred_at=self.context.occurred_at,
+            command_id=self.command_id,
+            request_id=self.command.request_id,
+            payload=payload,
+            reply=None,
+            chain="",
+        )
+        self.drafts.append(draft)
+        apply_event(self.scratch, draft)
+
+    def finish(self, reply: Reply) -> tuple[tuple[ev.Event, ...], dict[str, Any]]:
+        """Final events (reply on the last, chain linked) and the reply's wire form."""
+        last_seq = self.state.session_seq + len(self.drafts)
+        wire = reply.model_copy(update={"session_seq": last_seq}).to_wire()
+        previous = self.state.chain_head
+        final: list[ev.Event] = []
+        for index, draft in enumerate(self.drafts):
+            is_last = index == len(self.drafts) - 1
+            body = draft.model_dump(mode="json", by_alias=True, exclude={"chain"})
+            if is_last:
+                body["reply"] = wire
+            previous = chain_link(previous, body)
+            final.append(ev.Event.model_validate({**body, "chain": previous}))
+        return tuple(final), wire
+
+
+def _reject(code: ErrorCode, message: str, **details: Any) -> ReminderError:
+    return ReminderError(code, message, details)
+
+
+def _live_ids(scratch: Scratch) -> set[str]:
+    return {row.spec.id or "" for row in scratch.pending}
+
+
+def _queued_ids(scratch: Scratch) -> set[str]:
+    return {row.reminder.id or "" for row in scratch.queued}
+
+
+def _resolve(spec: ReminderSpec, batch: Batch) -> ReminderSpec:
+    """Fill `id` and `fired_at_turn` from the context and the session (SPEC §2.1)."""
+    return spec.model_copy(
+        update={
+            "id": spec.id or batch.context.new_reminder_id,
+            "fired_at_turn": spec.fired_at_turn
+            if spec.fired_at_turn is not None
+            else batch.scratch.turn,
+        }
+    )
+
+
+def _make_live(batch: Batch, spec: ReminderSpec, *, audit_only: bool) -> int:
+    """`deduped`? then `injected` for one reminder; returns how many it replaced."""
+    replaced: list[str] = []
+    if spec.dedupe_key is not None and not audit_only:
+        replaced = [
+            row.spec.id or ""
+            for row in batch.scratch.pending
+            if not row.audit_only and row.spec.dedupe_key == spec.dedupe_key
+        ]
+    reminder_id = spec.id or ""
+    if replaced and spec.dedupe_key is not None:
+        batch.emit(
+            ev.Deduped(
+                reminder_id=reminder_id,
+                replacing_id=reminder_id,
+                replaced_id=replaced[0],
+                replaced_ids=replaced,
+                dedupe_key=spec.dedupe_key,
+                dropped_count=len(replaced),
+                boundary="inject",
+            )
+        )
+    batch.emit(
+        ev.Injected(
+            reminder_id=reminder_id,
+            tags=spec.tags,
+            dedupe_key=spec.dedupe_key,
+            source=spec.source,
+            role_hint=spec.role_hint,
+            authority=spec.authority,
+            ttl_turns=spec.ttl_turns,
+            propagate=spec.propagate,
+            originating_agent_id=spec.originating_agent_id,
+            audit_only=audit_only,
+            reminder=spec,
+        )
+    )
+    return len(replaced)
+
+
+def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
+    spec = _resolve(command.reminder, batch)
+    reminder_id = spec.id or ""
+    if spec.source == "inherited":
+        raise _reject(
+            ErrorCode.INVALID_OPTION,
+            "invalid source: inherited is set only by propagation",
+            field="source",
+        )
+    if reminder_id in _live_ids(batch.scratch) or reminder_id in _queued_ids(batch.scratch):
+        raise _reject(
+            ErrorCode.INVALID_OPTION,
+            "invalid id: a reminder with this id is already live or queued",
+            field="id",
+        )
+    replacing = 0
+    if command.mode is None and spec.dedupe_key is not None:
+        replacing = sum(
+            1
+            for row in batch.scratch.pending
+            if not row.audit_only and row.spec.dedupe_key == spec.dedupe_key
+        )
+    live = len(batch.scratch.pending) + len(batch.scratch.queued) - replacing
+    if live + 1 > config.max_live:
+        raise _reject(
+            ErrorCode.TOO_MANY,
+            f"the session holds {live} live or queued reminders; the bound is {config.max_live}",
+            limit=config.max_live,
+        )
+    if command.mode is not None:
+        position = batch.scratch.counters.get("queued", 0) + 1
+        batch.emit(ev.Queued(reminder=spec, mode=command.mode, position=position))
+        return QueuedReply(session_seq=0, reminder_id=reminder_id, position=position)
+    deduped = _make_live(batch, spec, audit_only=False)
+    return InjectedReply(session_seq=0, reminder_id=reminder_id, deduped_count=deduped)
+
+
+def _clear(batch: Batch, command: cmd.Clear, config: CoreConfig) -> Reply:
+    selector = command.selector
+    matched = [
+        row
+        for row in batch.scratch.pending
+        if (selector.id is None or row.spec.id == selector.id)
+        and (selector.tag is None or selector.tag in row.spec.tags)
+        and (selector.dedupe_key is None or row.spec.dedupe_key == selector.dedupe_key)
+    ]
+    for row in matched:
+        batch.emit(
+            ev.Expired(
+                reminder_id=row.spec.id or "",
+                reason="cleared",
+                ttl_turns_before=row.ttl_remaining,
+                expired_at_turn=batch.turn,
+                expired_at_boundary="clear",
+            )
+        )
+    return ClearReply(session_seq=0, removed_count=len(matched))
+
+
+def _check_turn(state: SessionState, turn: int) -> None:
+    if turn < state.turn:
+        raise _reject(
+            ErrorCode.STALE_TURN,
+            f"turn {turn} is lower than the highest turn seen ({state.turn})",
+            turn=turn,
+            highest_turn=state.turn,
+        )
+
+
+def _checkpoint(batch: Batch, command: cmd.Checkpoint, config: CoreConfig) -> Reply:
+    _check_turn(batch.state, command.turn)
+    drains = SEAM_DRAINS[command.seam]
+    drained: list[str] = []
+    for row in list(batch.scratch.queued):
+        if row.mode in drains:
+            _make_live(batch, row.reminder, audit_only=row.mode == "audit_only")
+            drained.append(row.reminder.id or "")
+    skipped = command.seam == "pre_tool_dispatch" and bool(drained)
+    return CheckpointReply(session_seq=0, drained=drained, dispatch_skipped=skipped)
+
+
+def _revoke(batch: Batch, command: cmd.Revoke, config: CoreConfig) -> Reply:
+    target = command.reminder_id
+    if target in _queued_ids(batch.scratch):
+        batch.emit(ev.Revoked(reminder_id=target))
+        return RevokeReply(session_seq=0, status="revoked")
+    if target in batch.scratch.revoked_ids:
+        return RevokeReply(session_seq=0, status="already_revoked")
+    if target in batch.scratch.seen_ids:
+        raise _reject(
+            ErrorCode.ALREADY_DELIVERED,
+            "the reminder is no longer queued: it was drained or injected directly",
+            reminder_id=target,
+        )
+    raise _reject(
+        ErrorCode.UNKNOWN_REMINDER_ID,
+        "no reminder with this id was ever seen in the session",
+        reminder_id=target,
+    )
+
+
+def _fitting_prefix(
+    rows: list[PendingRow], text_of: Callable[[list[PendingRow]], str], cap: int
+) -> list[PendingRow]:
+    """The longest prefix of `rows` whose envelope stays within `cap` UTF-8 bytes."""
+    chosen: list[PendingRow] = []
+    for row in rows:
+        if len(text_of([*chosen, row]).encode("utf-8")) > cap:
+            break
+        chosen.append(row)
+    return chosen
+
+
+def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
+    _check_turn(batch.state, command.turn)
+    fmt = command.format or config.default_format
+    candidates = [
+        row for row in rn.select_winners(batch.scratch.pending, command.turn) if not row.delivered
+    ]
+    nonce: str | None = None
+    if fmt == "system-reminder":
+        for row in [row for row in candidates if rn.is_spoofing(row.spec.body)]:
+            batch.emit(
+                ev.Dropped(
+                    reminder_id=row.spec.id or "",
+                    reason="invalid",
+                    code="spoofed_tag",
+                    error="body contains a <system-reminder> tag and cannot be rendered safely",
+                )
+            )
+        candidates = [row for row in candidates if not rn.is_spoofing(row.spec.body)]
+        instructions = ""
+
+        def text_of(rows: list[PendingRow]) -> str:
+            return rn.system_reminder_text(rows)
+
+    else:
+        instructions = config.instructions
+        if config.nonce_enabled:
+            nonce = (
+                batch.scratch.nonce
+                or batch.context.nonce
+                or sha256_hex("nonce\n" + batch.command_id)[:16]
+            )
+
+        def text_of(rows: list[PendingRow]) -> str:
+            return rn.context_directives_text(rows, rn.speaker_for(rows), instructions, nonce)
+
+    chosen = _fitting_prefix(candidates, text_of, config.max_envelope_bytes)
+    if not chosen:
+        return RenderReply(session_seq=0, envelope=None)
+    text = text_of(chosen)
+    speaker = rn.speaker_for(chosen)
+    for row in chosen:
+        spec = row.spec
+        batch.emit(
+            ev.Fired(
+                reminder_id=spec.id or "",
+                turn_number=command.turn,
+                tags=spec.tags,
+                dedupe_key=spec.dedupe_key,
+                source=spec.source,
+                role_hint=spec.role_hint,
+                authority=spec.authority,
+                rendered_role="user",
+                ttl_turns=row.ttl_remaining,
+                propagate=spec.propagate,
+                originating_agent_id=spec.originating_agent_id,
+                body=spec.body,
+            )
+        )
+    directive_ids = [row.spec.id or "" for row in chosen]
+    batch.emit(
+        ev.Delivered(
+            turn_number=command.turn,
+            format=fmt,
+            speaker=speaker,
+            nonce=nonce,
+            instructions=instructions,
+            directive_ids=directive_ids,
+            text=text,
+            text_sha256=sha256_hex(text),
+        )
+    )
+    envelope = Envelope(
+        text=text,
+        speaker=speaker,
+        directive_ids=directive_ids,
+        turn_number=command.turn,
+        format=fmt,
+    )
+    return RenderReply(session_seq=0, envelope=envelope)
+
+
+def _ttl_pass(batch: Batch, turn: int, boundary: str) -> tuple[int, list[str]]:
+    """Expire TTL ≤ 1, list TTL > 1 for decrement, among live reminders fired by `turn`."""
+    expired = 0
+    decremented: list[str] = []
+    for row in list(batch.scratch.pending):
+        if row.ttl_remaining is None or rn.fired_at(row.spec) > turn:
+            continue
+        if row.ttl_remaining <= 1:
+            batch.emit(
+                ev.Expired(
+                    reminder_id=row.spec.id or "",
+                    reason="ttl",
+                    ttl_turns_before=row.ttl_remaining,
+                    expired_at_turn=turn,
+                    expired_at_boundary="post_turn" if boundary == "post_turn" else "pre_compact",
+                )
+            )
+            expired += 1
+        else:
+            decremented.append(row.spec.id or "")
+    return expired, decremented
+
+
+def _end_turn(batch: Batch, command: cmd.EndTurn, config: CoreConfig) -> Reply:
+    last = batch.scratch.last_ended_turn
+    if last is not None and command.turn <= last:
+        return AlreadyAppliedReply(session_seq=0)
+    expired, decremented = _ttl_pass(batch, command.turn, "post_turn")
+    remaining = len(batch.scratch.pending)
+    batch.emit(
+        ev.PostTurn(
+            turn_number=command.turn,
+            decremented_ids=decremented,
+            expired_count=expired,
+            decremented_count=len(decremented),
+            remaining_count=remaining,
+        )
+    )
+    return EndTurnReply(
+        session_seq=0,
+        expired_count=expired,
+        decremented_count=len(decremented),
+        remaining_count=remaining,
+    )
+
+
+def _compact(batch: Batch, command: cmd.Compact, config: CoreConfig) -> Reply:
+    last = batch.scratch.last_ended_turn
+    expired, decremented = 0, list[str]()
+    if last is None or command.turn > last:
+        expired, decremented = _ttl_pass(batch, command.turn, "pre_compact")
+    lowered = set(decremented)
+    compacted = 0
+    preserved: list[str] = []
+    for row in list(batch.scratch.pending):
+        reminder_id = row.spec.id or ""
+        if row.spec.preserve_on_compact:
+            preserved.append(reminder_id)
+            continue
+        ttl = row.ttl_remaining
+        batch.emit(
+            ev.Expired(
+                reminder_id=reminder_id,
+                reason="compaction",
+                ttl_turns_before=ttl - 1 if ttl is not None and reminder_id in lowered else ttl,
+                expired_at_turn=command.turn,
+                expired_at_boundary="pre_compact",
+            )
+        )
+        compacted += 1
+    cleared = sum(len(envelope.directive_ids) for envelope in batch.scratch.delivered)
+    batch.emit(
+        ev.Compacted(
+            turn_number=command.turn,
+            decremented_ids=decremented,
+            preserved_ids=preserved,
+            directives_cleared=cleared,
+        )
+    )
+    return CompactReply(
+        session_seq=0,
+        expired_count=expired,
+        compacted_count=compacted,
+        preserved_count=len(preserved),
+        directives_cleared=cleared,
+    )
+
+
+def _propagates(row: PendingRow) -> bool:
+    """`all` always; `session` only when not itself inherited; `none` never (SPEC §4.9)."""
+    if row.audit_only:
+        return False
+    if row.spec.propagate == "all":
+        return True
+    return row.spec.propagate == "session" and row.spec.source != "inherited"
+
+
+def _handoff(batch: Batch, command: cmd.Handoff, config: CoreConfig) -> Reply:
+    if command.child_session_id == command.session_id:
+        raise _reject(
+            ErrorCode.INVALID_REQUEST,
+            "invalid child_session_id: a session cannot hand off to itself",
+            field="child_session_id",
+        )
+    parent_agent = command.agent_id or command.session_id
+    specs = [
+        row.spec.model_copy(
+            update={
+                "ttl_turns": row.ttl_remaining,
+                "fired_at_turn": command.child_turn,
+                "source": "inherited",
+                "originating_agent_id": row.spec.originating_agent_id or parent_agent,
+            }
+        )
+        for row in batch.scratch.pending
+        if _propagates(row)
+    ]
+    ids = [spec.id or "" for spec in specs]
+    batch.emit(
+        ev.HandedOff(
+            child_session_id=command.child_session_id,
+            sub_agent_id=command.sub_agent_id or command.child_session_id,
+            propagated_ids=ids,
+            reminders=specs,
+        )
+    )
+    return HandoffReply(session_seq=0, propagated_ids=ids)
+
+
+def _inherit(batch: Batch, command: cmd.Inherit, config: CoreConfig) -> Reply:
+    if command.handoff_event_id in batch.scratch.inherited_from:
+        return AlreadyAppliedReply(session_seq=0)
+    inherited: list[str] = []
+    skipped: list[str] = []
+    for spec in command.reminders:
+        reminder_id = spec.id or ""
+        taken = _live_ids(batch.scratch) | _queued_ids(batch.scratch) | set(inherited)
+        if not reminder_id or reminder_id in taken:
+            skipped.append(reminder_id)
+            continue
+        child_spec = spec.model_copy(
+            update={
+                "source": "inherited",
+                "originating_agent_id": spec.originating_agent_id or command.parent_agent_id,
+            }
+        )
+        _make_live(batch, child_spec, audit_only=False)
+        batch.emit(
+            ev.Inherited(
+                reminder_id=reminder_id,
+                originating_agent_id=child_spec.originating_agent_id,
+                sub_agent_id=command.sub_agent_id,
+                parent_session_id=command.parent_session_id,
+                propagate=spec.propagate,
+            )
+        )
+        inherited.append(reminder_id)
+    return InheritReply(session_seq=0, inherited_ids=inherited, skipped_ids=skipped)
+
+
+Decider = Callable[[Batch, Any, CoreConfig], Reply]
+
+#: One decider per command the core decides; a unit test checks none is missing.
+DECIDERS: dict[type[cmd.Command], Decider] = {
+    cmd.Inject: _inject,
+    cmd.Clear: _clear,
+    cmd.Checkpoint: _checkpoint,
+    cmd.Revoke: _revoke,
+    cmd.Render: _render,
+    cmd.EndTurn: _end_turn,
+    cmd.Compact: _compact,
+    cmd.Handoff: _handoff,
+    cmd.Inherit: _inherit,
+}
+
+
+def _error(exc: ReminderError) -> Decision:
+    return Decision(events=(), reply=ErrorReply(error=exc.to_body()).to_wire())
+
+
+def decide(
+    state: SessionState,
+    command: cmd.Command,
+    context: CommandContext,
+    config: CoreConfig | None = None,
+    warnings: list[WarningBody] | None = None,
+) -> Decision:
+    """Decide one parsed command against a session's state. Never raises on a rule."""
+    config = config or CoreConfig()
+    if command.request_id is not None:
+        for remembered in state.recent_replies:
+            if remembered.request_id == command.request_id:
+                return Decision(events=(), reply=dict(remembered.reply))
+    decider = DECIDERS.get(type(command))
+    if decider is None:
+        return _error(
+            _reject(ErrorCode.INVALID_REQUEST, f"{command.op} is not decided by the core")
+        )
+    turn = getattr(command, "turn", None)
+    # The propagator decides with the handed_off event's id, which makes inheritance idempotent.
+    command_id = (
+        command.handoff_event_id if isinstance(command, cmd.Inherit) else context.command_id
+    )
+    batch = Batch(
+        state=state,
+        command=command,
+        context=context,
+        turn=turn if isinstance(turn, int) else state.turn,
+        command_id=command_id,
+    )
+    try:
+        reply = decider(batch, command, config)
+    except ReminderError as exc:
+        return _error(exc)
+    if warnings:
+        reply = reply.model_copy(update={"warnings": list(warnings)})
+    events, wire = batch.finish(reply)
+    if isinstance(reply, RenderReply) and reply.envelope is not None:
+        user_text = command.user_text if isinstance(command, cmd.Render) else None
+        if user_text is not None:
+            text, span = rn.inline_placement(user_text, reply.envelope.text)
+            wire = {**wire, "inline": InlinePlacement(text=text, range=span).model_dump()}
+    return Decision(events=events, reply=wire)
+
+
+def handle(
+    state: SessionState,
+    op: str,
+    raw: object,
+    context: CommandContext,
+    config: CoreConfig | None = None,
+) -> Decision:
+    """Parse a raw JSON value as command `op` and decide it; any bad input is a coded reply."""
+    config = config or CoreConfig()
+    try:
+        command, warnings = cmd.parse_command(op, raw, max_body_bytes=config.max_body_bytes)
+    except ReminderError as exc:
+        return _error(exc)
+    if command.session_id != state.session_id and state.session_seq > 0:
+        return _error(_reject(ErrorCode.INVALID_REQUEST, "the state belongs to another session"))
+    return decide(state, command, context, config, warnings)

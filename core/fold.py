@@ -1,0 +1,279 @@
+"""`fold(state, event) -> state`: apply exactly what each event records (SPEC §3.6).
+
+No rule is re-run here: TTL decrements, removals and envelope texts all come from payloads.
+Folding works on a mutable scratch copy and freezes once, so folding a batch costs one copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts import events as ev
+from contracts.state import (
+    FULL_ENVELOPES_KEPT,
+    RECENT_REPLIES_KEPT,
+    DeliveredDigest,
+    DeliveredEnvelope,
+    PendingRow,
+    QueuedRow,
+    RecentReply,
+    SessionState,
+)
+from core.canonical import sha256_hex
+
+
+@dataclass
+class Scratch:
+    """A mutable copy of `SessionState` used while folding or deciding."""
+
+    session_id: str
+    session_seq: int
+    stream_seq: int
+    turn: int
+    last_ended_turn: int | None
+    queued: list[QueuedRow]
+    pending: list[PendingRow]
+    delivered: list[DeliveredEnvelope | DeliveredDigest]
+    compactions: int
+    counters: dict[str, int]
+    revoked_ids: list[str]
+    seen_ids: list[str]
+    recent_replies: list[RecentReply]
+    inherited_from: list[str]
+    nonce: str | None
+    degraded: Any
+    chain_head: str
+    _seen: set[str] = field(default_factory=set)
+
+    @classmethod
+    def thaw(cls, state: SessionState) -> Scratch:
+        """A scratch copy whose lists can be changed without touching `state`."""
+        scratch = cls(
+            session_id=state.session_id,
+            session_seq=state.session_seq,
+            stream_seq=state.stream_seq,
+            turn=state.turn,
+            last_ended_turn=state.last_ended_turn,
+            queued=list(state.queued),
+            pending=list(state.pending),
+            delivered=list(state.delivered),
+            compactions=state.compactions,
+            counters=dict(state.counters),
+            revoked_ids=list(state.revoked_ids),
+            seen_ids=list(state.seen_ids),
+            recent_replies=list(state.recent_replies),
+            inherited_from=list(state.inherited_from),
+            nonce=state.nonce,
+            degraded=state.degraded,
+            chain_head=state.chain_head,
+        )
+        scratch._seen = set(state.seen_ids)
+        return scratch
+
+    def freeze(self) -> SessionState:
+        """The immutable state; rows are already validated models."""
+        return SessionState.model_construct(
+            session_id=self.session_id,
+            session_seq=self.session_seq,
+            stream_seq=self.stream_seq,
+            turn=self.turn,
+            last_ended_turn=self.last_ended_turn,
+            queued=list(self.queued),
+            pending=list(self.pending),
+            delivered=list(self.delivered),
+            compactions=self.compactions,
+            counters=dict(self.counters),
+            revoked_ids=list(self.revoked_ids),
+            seen_ids=list(self.seen_ids),
+            recent_replies=list(self.recent_replies),
+            inherited_from=list(self.inherited_from),
+            nonce=self.nonce,
+            degraded=self.degraded,
+            chain_head=self.chain_head,
+        )
+
+    def see(self, reminder_id: str) -> None:
+        """Remember an id for `revoke`'s unknown/already-delivered distinction."""
+        if reminder_id not in self._seen:
+            self._seen.add(reminder_id)
+            self.seen_ids.append(reminder_id)
+
+    def drop_pending(self, ids: Iterable[str]) -> None:
+        """Remove live reminders by id."""
+        gone = set(ids)
+        self.pending = [row for row in self.pending if row.spec.id not in gone]
+
+    def drop_queued(self, ids: Iterable[str]) -> None:
+        """Remove queued reminders by id."""
+        gone = set(ids)
+        self.queued = [row for row in self.queued if row.reminder.id not in gone]
+
+    def decrement(self, ids: Iterable[str]) -> None:
+        """Take one turn off the TTL of the named live reminders."""
+        wanted = set(ids)
+        self.pending = [
+            row.model_copy(update={"ttl_remaining": row.ttl_remaining - 1})
+            if row.spec.id in wanted and row.ttl_remaining is not None
+            else row
+            for row in self.pending
+        ]
+
+
+def _queued(s: Scratch, p: ev.Queued, _: ev.Event) -> None:
+    s.queued.append(QueuedRow(reminder=p.reminder, mode=p.mode, position=p.position))
+    s.see(p.reminder.id or "")
+
+
+def _injected(s: Scratch, p: ev.Injected, _: ev.Event) -> None:
+    s.drop_queued([p.reminder_id])
+    s.pending.append(
+        PendingRow(
+            spec=p.reminder,
+            ttl_remaining=p.ttl_turns,
+            delivered=False,
+            delivered_at_turn=None,
+            audit_only=p.audit_only,
+        )
+    )
+    s.see(p.reminder_id)
+
+
+def _deduped(s: Scratch, p: ev.Deduped, _: ev.Event) -> None:
+    s.drop_pending(p.replaced_ids)
+
+
+def _revoked(s: Scratch, p: ev.Revoked, _: ev.Event) -> None:
+    s.drop_queued([p.reminder_id])
+    if p.reminder_id not in s.revoked_ids:
+        s.revoked_ids.append(p.reminder_id)
+
+
+def _fired(s: Scratch, p: ev.Fired, _: ev.Event) -> None:
+    s.pending = [
+        row.model_copy(update={"delivered": True, "delivered_at_turn": p.turn_number})
+        if row.spec.id == p.reminder_id
+        else row
+        for row in s.pending
+    ]
+
+
+def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
+    s.delivered.append(
+        DeliveredEnvelope(
+            turn_number=p.turn_number,
+            speaker=p.speaker,
+            directive_ids=p.directive_ids,
+            text=p.text,
+            format=p.format,
+            nonce=p.nonce,
+        )
+    )
+    full = [i for i, row in enumerate(s.delivered) if isinstance(row, DeliveredEnvelope)]
+    for index in full[: max(0, len(full) - FULL_ENVELOPES_KEPT)]:
+        old = s.delivered[index]
+        assert isinstance(old, DeliveredEnvelope)
+        s.delivered[index] = DeliveredDigest(
+            turn_number=old.turn_number,
+            directive_ids=old.directive_ids,
+            text_sha256=sha256_hex(old.text),
+        )
+    if s.nonce is None and p.nonce is not None:
+        s.nonce = p.nonce
+
+
+def _post_turn(s: Scratch, p: ev.PostTurn, _: ev.Event) -> None:
+    s.decrement(p.decremented_ids)
+    s.last_ended_turn = p.turn_number
+
+
+def _expired(s: Scratch, p: ev.Expired, _: ev.Event) -> None:
+    s.drop_pending([p.reminder_id])
+
+
+def _dropped(s: Scratch, p: ev.Dropped, _: ev.Event) -> None:
+    s.drop_pending([p.reminder_id])
+    s.drop_queued([p.reminder_id])
+
+
+def _compacted(s: Scratch, p: ev.Compacted, _: ev.Event) -> None:
+    s.decrement(p.decremented_ids)
+    if s.last_ended_turn is None or p.turn_number > s.last_ended_turn:
+        s.last_ended_turn = p.turn_number
+    preserved = set(p.preserved_ids)
+    s.pending = [
+        row.model_copy(update={"delivered": False, "delivered_at_turn": None})
+        if row.spec.id in preserved
+        else row
+        for row in s.pending
+    ]
+    s.delivered = []
+    s.compactions += 1
+
+
+def _handed_off(s: Scratch, p: ev.HandedOff, _: ev.Event) -> None:
+    """The parent only records the handoff; the child side is the propagator's."""
+
+
+def _inherited(s: Scratch, p: ev.Inherited, event: ev.Event) -> None:
+    # The propagator decides with the `handed_off` event's id as command_id (see decide).
+    if event.command_id not in s.inherited_from:
+        s.inherited_from.append(event.command_id)
+
+
+def _provider_evaluated(s: Scratch, p: ev.ProviderEvaluated, _: ev.Event) -> None:
+    """Recorded for the audit trail only."""
+
+
+Handler = Callable[[Scratch, Any, ev.Event], None]
+
+#: One handler per event kind; a unit test checks none is missing.
+FOLD_HANDLERS: dict[str, Handler] = {
+    "queued": _queued,
+    "injected": _injected,
+    "deduped": _deduped,
+    "revoked": _revoked,
+    "fired": _fired,
+    "delivered": _delivered,
+    "post_turn": _post_turn,
+    "expired": _expired,
+    "dropped": _dropped,
+    "compacted": _compacted,
+    "handed_off": _handed_off,
+    "inherited": _inherited,
+    "provider_evaluated": _provider_evaluated,
+}
+
+
+def apply_event(scratch: Scratch, event: ev.Event, stream_seq: int | None = None) -> None:
+    """Fold one event into a scratch state in place."""
+    FOLD_HANDLERS[event.kind](scratch, event.payload, event)
+    scratch.session_id = event.session_id
+    scratch.session_seq = event.session_seq
+    scratch.turn = max(scratch.turn, event.turn)
+    scratch.counters[event.kind] = scratch.counters.get(event.kind, 0) + 1
+    scratch.chain_head = event.chain
+    if stream_seq is not None:
+        scratch.stream_seq = stream_seq
+    if event.request_id is not None and event.reply is not None:
+        scratch.recent_replies.append(RecentReply(request_id=event.request_id, reply=event.reply))
+        del scratch.recent_replies[:-RECENT_REPLIES_KEPT]
+
+
+def fold(state: SessionState, event: ev.Event, stream_seq: int | None = None) -> SessionState:
+    """The state after `event`; `stream_seq` is the event's position in the stream, if known."""
+    scratch = Scratch.thaw(state)
+    apply_event(scratch, event, stream_seq)
+    return scratch.freeze()
+
+
+def fold_all(
+    state: SessionState, events: Iterable[ev.Event | tuple[ev.Event, int | None]]
+) -> SessionState:
+    """Fold many events (optionally paired with their stream sequences) with one copy."""
+    scratch = Scratch.thaw(state)
+    for item in events:
+        event, stream_seq = item if isinstance(item, tuple) else (item, None)
+        apply_event(scratch, event, stream_seq)
+    return scratch.freeze()

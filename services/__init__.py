@@ -1,0 +1,1 @@
+"""Entrypoints and adapters: one package per microservice, plus the `reminders` CLI."""

@@ -1,0 +1,143 @@
+"""A scripted agent session, driven through the pure core and printed turn by turn.
+
+The same script later runs through the bus (`reminders up --demo`); here it shows a newcomer
+what the rules decide without any server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from contracts.state import SessionState
+from core import canonical_json, fold_all, handle
+from core.config import CoreConfig
+from services.ids import fresh_context
+
+DEMO_SESSION = "demo-session"
+DEMO_CHILD = "demo-child"
+
+#: (op, command) pairs: one agent session over three turns, a compaction and a handoff.
+DEMO_SCRIPT: list[tuple[str, dict[str, Any]]] = [
+    (
+        "inject",
+        {
+            "session_id": DEMO_SESSION,
+            "reminder": {
+                "body": "Token budget at 72 %: prefer concise answers.",
+                "dedupe_key": "token_pressure",
+                "ttl_turns": 2,
+                "authority": "corrective",
+                "source": "stdlib_provider",
+            },
+        },
+    ),
+    (
+        "inject",
+        {
+            "session_id": DEMO_SESSION,
+            "reminder": {
+                "body": "Work only inside /srv/app; never touch /etc.",
+                "tags": ["workspace"],
+                "preserve_on_compact": True,
+                "propagate": "all",
+            },
+        },
+    ),
+    (
+        "inject",
+        {
+            "session_id": DEMO_SESSION,
+            "mode": "steer",
+            "reminder": {
+                "body": "The file src/app.py changed on disk since you last read it.",
+                "tags": ["file_watch"],
+                "ttl_turns": 1,
+                "authority": "advisory",
+                "source": "hook",
+            },
+        },
+    ),
+    ("checkpoint", {"session_id": DEMO_SESSION, "seam": "turn_start", "turn": 0}),
+    ("render", {"session_id": DEMO_SESSION, "turn": 0, "user_text": "Fix the failing test."}),
+    ("end_turn", {"session_id": DEMO_SESSION, "turn": 0}),
+    (
+        "inject",
+        {
+            "session_id": DEMO_SESSION,
+            "reminder": {
+                "body": "Token budget at 86 %: summarise before reading more files.",
+                "dedupe_key": "token_pressure",
+                "ttl_turns": 2,
+                "authority": "corrective",
+                "source": "stdlib_provider",
+            },
+        },
+    ),
+    ("render", {"session_id": DEMO_SESSION, "turn": 1}),
+    ("end_turn", {"session_id": DEMO_SESSION, "turn": 1}),
+    ("compact", {"session_id": DEMO_SESSION, "turn": 2}),
+    ("render", {"session_id": DEMO_SESSION, "turn": 2, "format": "system-reminder"}),
+    (
+        "handoff",
+        {"session_id": DEMO_SESSION, "child_session_id": DEMO_CHILD, "sub_agent_id": "test-runner"},
+    ),
+]
+
+
+def run_script(
+    script: list[tuple[str, dict[str, Any]]], config: CoreConfig | None = None
+) -> Iterator[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]]:
+    """Decide each command in turn; yields (op, command, reply, events as wire dicts)."""
+    states: dict[str, SessionState] = {}
+    for op, command in script:
+        session_id = command["session_id"]
+        state = states.get(session_id, SessionState())
+        decision = handle(state, op, command, fresh_context(), config)
+        states[session_id] = fold_all(state, decision.events)
+        yield op, command, decision.reply, [event.to_wire() for event in decision.events]
+
+
+def print_demo(console: Console, *, show_log: bool = True) -> None:
+    """Run the demo script and print commands, events and envelopes turn by turn."""
+    log: list[dict[str, Any]] = []
+    for op, command, reply, events in run_script(DEMO_SCRIPT):
+        console.rule(f"[bold]{op}[/bold]  {canonical_json(_without_session(command))}")
+        for event in events:
+            console.print(
+                f"  [cyan]{event['kind']:<12}[/cyan] seq={event['session_seq']:<3} "
+                f"turn={event['turn']:<2} chain={event['chain'][:12]}…"
+            )
+        envelope = reply.get("envelope")
+        if envelope:
+            console.print(
+                Panel(
+                    envelope["text"],
+                    title=f"envelope · turn {envelope['turn_number']}"
+                    f" · {envelope['format']} · speaker {envelope['speaker']}",
+                )
+            )
+        shown = {k: v for k, v in reply.items() if k not in ("envelope", "inline")}
+        console.print(f"  reply: {canonical_json(shown)}")
+        log.extend(events)
+    if show_log:
+        table = Table(title=f"event log of {DEMO_SESSION} ({len(log)} events)")
+        for column in ("session_seq", "kind", "turn", "event_id", "chain"):
+            table.add_column(column)
+        for event in log:
+            table.add_row(
+                str(event["session_seq"]),
+                event["kind"],
+                str(event["turn"]),
+                event["event_id"],
+                event["chain"][:16] + "…",
+            )
+        console.print(table)
+
+
+def _without_session(command: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in command.items() if k != "session_id"}
