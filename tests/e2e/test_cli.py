@@ -1,0 +1,51 @@
+"""The `reminders` command as a user runs it: a real process, its exit code and output."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reminders(*args: str) -> subprocess.CompletedProcess[str]:
+    executable = shutil.which("reminders", path=str(Path(sys.executable).parent))
+    command = [executable] if executable else [sys.executable, "-m", "services.cli"]
+    return subprocess.run(
+        [*command, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "120"},
+        check=False,
+    )
+
+
+def test_help_lists_the_commands() -> None:
+    result = reminders("--help")
+    assert result.returncode == 0
+    assert "demo" in result.stdout
+    assert "schemas" in result.stdout
+
+
+def test_the_demo_prints_commands_events_and_envelopes() -> None:
+    result = reminders("demo")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in ("inject", "checkpoint", "render", "end_turn", "compact", "handoff"):
+        assert expected in out
+    for kind in ("injected", "queued", "fired", "delivered", "expired", "post_turn", "compacted"):
+        assert kind in out
+    assert '<context-directives speaker="harness">' in out
+    assert '<system-reminder key="workspace">' in out
+    assert "event log of demo-session" in out
+    assert "Traceback" not in result.stderr
+
+
+def test_schemas_check_passes_on_a_clean_checkout() -> None:
+    result = reminders("schemas", "--check")
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,59 @@
+"""Shape rules of the codebase: one handler per kind, a pure core, fresh schemas."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from contracts import commands, events
+from contracts.schema_gen import SCHEMA_DIR, render_schemas
+from core.decide import DECIDERS
+from core.fold import FOLD_HANDLERS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_event_kind_has_exactly_one_fold_handler() -> None:
+    assert set(FOLD_HANDLERS) == set(events.PAYLOADS)
+    assert set(events.PAYLOADS) == set(events.EventKind.__args__)  # type: ignore[attr-defined]
+
+
+def test_every_decided_command_has_a_decider() -> None:
+    assert set(DECIDERS) == set(commands.DECIDED_COMMANDS)
+
+
+def test_the_core_imports_only_contracts_pydantic_and_the_standard_library() -> None:
+    forbidden = {"nats", "faststream", "asyncio", "time", "random", "services", "replay", "os"}
+    for path in (ROOT / "core").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+def test_contracts_import_nothing_else_of_the_project() -> None:
+    for path in (ROOT / "contracts").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert node.module.split(".")[0] not in {"core", "services", "replay"}
+
+
+def test_events_and_commands_are_frozen_and_forbid_unknown_keys() -> None:
+    models = [events.Event, *events.PAYLOADS.values(), *commands.COMMANDS.values()]
+    for model in models:
+        assert model.model_config.get("frozen") is True, model
+        assert model.model_config.get("extra") == "forbid", model
+
+
+def test_the_checked_in_json_schemas_are_up_to_date() -> None:
+    wanted = render_schemas()
+    present = {path.name for path in SCHEMA_DIR.glob("*.json")}
+    assert present == set(wanted), "run `reminders schemas`"
+    for name, text in wanted.items():
+        assert (SCHEMA_DIR / name).read_text(encoding="utf-8") == text, f"{name} is stale"
