@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
+
+from services.settings import Settings
 
 app = typer.Typer(
     name="reminders",
@@ -25,6 +29,75 @@ def demo(
     from services.demo import print_demo
 
     print_demo(Console(), show_log=log)
+
+
+@app.command()
+def up(
+    demo: bool = typer.Option(
+        False, "--demo", help="Drive a scripted agent session through the bus."
+    ),
+    exit_after_demo: bool = typer.Option(
+        False, "--exit-after-demo", help="Stop everything once the demo has run."
+    ),
+    nats_url: str | None = typer.Option(
+        None,
+        "--nats-url",
+        envvar="REMINDERS_NATS_URL",
+        help="Use this NATS server instead of starting the embedded one.",
+    ),
+    data_dir: Path = typer.Option(
+        Path("./data"),
+        "--data-dir",
+        envvar="REMINDERS_DATA_DIR",
+        help="Where the embedded server keeps its store and the services their logs.",
+    ),
+) -> None:
+    """Start NATS with JetStream (embedded unless --nats-url), provision the streams and run
+    every service as its own process until Ctrl-C."""
+    from services.up import UpError, bring_up, run_demo_on_bus, wait_for_interrupt
+
+    console = Console()
+    settings = Settings.from_env(data_dir=data_dir, nats_url=nats_url)
+    try:
+        system = bring_up(settings, embedded=nats_url is None, console=console)
+    except (UpError, OSError) as exc:
+        _fail(str(exc))
+        return
+    try:
+        if demo:
+            live = settings.model_copy(update={"nats_url": system.nats_url})
+            asyncio.run(run_demo_on_bus(live, console))
+        if not (demo and exit_after_demo):
+            wait_for_interrupt(system, console)
+    except UpError as exc:
+        _fail(str(exc))
+    finally:
+        console.print("stopping …")
+        system.stop()
+
+
+@app.command()
+def serve(
+    service: str = typer.Argument(..., help="Which service to run: gateway."),
+) -> None:
+    """Run one service in the foreground (configuration from REMINDERS_* variables)."""
+    from services.logs import configure_logging
+
+    configure_logging()
+    settings = Settings.from_env()
+    if service == "gateway":
+        from services.gateway.app import build_gateway
+
+        application, _ = build_gateway(settings)
+    else:
+        _fail(f"unknown service {service!r}; choose one of: gateway")
+        return
+    try:
+        asyncio.run(application.run())
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # one readable line instead of a traceback
+        _fail(f"{service} stopped: {type(exc).__name__}: {exc}")
 
 
 @app.command()

@@ -102,41 +102,58 @@ def run_script(
         yield op, command, decision.reply, [event.to_wire() for event in decision.events]
 
 
+def print_step(
+    console: Console,
+    op: str,
+    command: dict[str, Any],
+    reply: dict[str, Any],
+    events: list[dict[str, Any]],
+) -> None:
+    """One command of the demo: the command, the events it appended, the envelope."""
+    console.rule(f"[bold]{op}[/bold]  {canonical_json(_without_session(command))}")
+    for event in events:
+        console.print(
+            f"  [cyan]{event['kind']:<12}[/cyan] seq={event['session_seq']:<3} "
+            f"turn={event['turn']:<2} chain={event['chain'][:12]}…"
+        )
+    envelope = reply.get("envelope")
+    if envelope:
+        console.print(
+            Panel(
+                envelope["text"],
+                title=f"envelope · turn {envelope['turn_number']} · {envelope['format']}"
+                f" · speaker {envelope['speaker']}",
+            )
+        )
+    shown = {k: v for k, v in reply.items() if k not in ("envelope", "inline")}
+    console.print(f"  reply: {canonical_json(shown)}", soft_wrap=True)
+
+
+def print_log(console: Console, log: list[dict[str, Any]], title: str) -> None:
+    """The event log as a table."""
+    table = Table(title=f"{title} ({len(log)} events)")
+    for column in ("stream_seq", "session_seq", "kind", "turn", "event_id", "chain"):
+        table.add_column(column)
+    for event in log:
+        table.add_row(
+            str(event.get("stream_seq", "-")),
+            str(event["session_seq"]),
+            event["kind"],
+            str(event["turn"]),
+            event["event_id"],
+            event["chain"][:16] + "…",
+        )
+    console.print(table)
+
+
 def print_demo(console: Console, *, show_log: bool = True) -> None:
-    """Run the demo script and print commands, events and envelopes turn by turn."""
+    """Run the demo script through the core and print it turn by turn."""
     log: list[dict[str, Any]] = []
     for op, command, reply, events in run_script(DEMO_SCRIPT):
-        console.rule(f"[bold]{op}[/bold]  {canonical_json(_without_session(command))}")
-        for event in events:
-            console.print(
-                f"  [cyan]{event['kind']:<12}[/cyan] seq={event['session_seq']:<3} "
-                f"turn={event['turn']:<2} chain={event['chain'][:12]}…"
-            )
-        envelope = reply.get("envelope")
-        if envelope:
-            console.print(
-                Panel(
-                    envelope["text"],
-                    title=f"envelope · turn {envelope['turn_number']}"
-                    f" · {envelope['format']} · speaker {envelope['speaker']}",
-                )
-            )
-        shown = {k: v for k, v in reply.items() if k not in ("envelope", "inline")}
-        console.print(f"  reply: {canonical_json(shown)}")
-        log.extend(events)
+        print_step(console, op, command, reply, events)
+        log.extend(event for event in events if event["session_id"] == DEMO_SESSION)
     if show_log:
-        table = Table(title=f"event log of {DEMO_SESSION} ({len(log)} events)")
-        for column in ("session_seq", "kind", "turn", "event_id", "chain"):
-            table.add_column(column)
-        for event in log:
-            table.add_row(
-                str(event["session_seq"]),
-                event["kind"],
-                str(event["turn"]),
-                event["event_id"],
-                event["chain"][:16] + "…",
-            )
-        console.print(table)
+        print_log(console, log, f"event log of {DEMO_SESSION}")
 
 
 def _without_session(command: dict[str, Any]) -> dict[str, Any]:

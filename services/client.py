@@ -1,0 +1,202 @@
+"""`ReminderClient`: what a host or producer uses to talk to the service in a few lines.
+
+async with await ReminderClient.connect("nats://127.0.0.1:4222") as client:
+    await client.inject("session-1", "Tests pass now.", ttl_turns=1)
+    envelope = (await client.render("session-1", turn=0))["envelope"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import nats
+import orjson
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from contracts.errors import ErrorCode, ReminderError
+from contracts.events import Event
+from services.ids import new_uuid7
+from services.jetstream import SessionAppend, last_session_seq, publish_atomic
+
+
+class ReminderClient:
+    """Async request/reply client for `reminders.v1.<op>` (SPEC §4)."""
+
+    def __init__(self, nc: Client, timeout_s: float = 10.0, *, owns_connection: bool = False):
+        self._nc = nc
+        self._timeout_s = timeout_s
+        self._owns_connection = owns_connection
+
+    @classmethod
+    async def connect(cls, url: str, timeout_s: float = 10.0) -> ReminderClient:
+        """Open a connection of its own (closed with the client)."""
+        nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3)
+        return cls(nc, timeout_s, owns_connection=True)
+
+    async def close(self) -> None:
+        """Close the connection if this client opened it."""
+        if self._owns_connection:
+            await self._nc.drain()
+
+    async def __aenter__(self) -> ReminderClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def request(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Send one command; returns the reply (`ok` true or false) as a dict."""
+        try:
+            reply = await self._nc.request(
+                f"reminders.v1.{op}", orjson.dumps(payload), timeout=self._timeout_s
+            )
+        except (NoRespondersError, NatsTimeoutError) as exc:
+            raise ReminderError(
+                ErrorCode.UNAVAILABLE, f"no gateway answered {op}: {type(exc).__name__}"
+            ) from exc
+        result: dict[str, Any] = orjson.loads(reply.data)
+        return result
+
+    async def call(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Send one command; raises `ReminderError` when the reply is not ok."""
+        reply = await self.request(op, payload)
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise ReminderError(
+                ErrorCode(error.get("code", "invalid_request")),
+                str(error.get("message", "")),
+                dict(error.get("details") or {}),
+            )
+        return reply
+
+    @staticmethod
+    def _base(session_id: str, request_id: str | None, **extra: Any) -> dict[str, Any]:
+        payload: dict[str, Any] = {"session_id": session_id}
+        if request_id is not None:
+            payload["request_id"] = request_id
+        payload.update({key: value for key, value in extra.items() if value is not None})
+        return payload
+
+    async def inject(
+        self,
+        session_id: str,
+        body: str,
+        *,
+        mode: str | None = None,
+        request_id: str | None = None,
+        agent_id: str | None = None,
+        **spec: Any,
+    ) -> dict[str, Any]:
+        """Add a reminder (`spec` holds the other ReminderSpec fields)."""
+        payload = self._base(session_id, request_id, mode=mode, agent_id=agent_id)
+        payload["reminder"] = {"body": body, **spec}
+        return await self.call("inject", payload)
+
+    async def clear(
+        self,
+        session_id: str,
+        *,
+        id: str | None = None,
+        tag: str | None = None,
+        dedupe_key: str | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Expire live reminders matching every given selector."""
+        selector = {k: v for k, v in {"id": id, "tag": tag, "dedupe_key": dedupe_key}.items() if v}
+        return await self.call("clear", self._base(session_id, request_id, selector=selector))
+
+    async def checkpoint(
+        self, session_id: str, seam: str, turn: int, *, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """Drain queued reminders at a seam."""
+        return await self.call(
+            "checkpoint", self._base(session_id, request_id, seam=seam, turn=turn)
+        )
+
+    async def revoke(
+        self, session_id: str, reminder_id: str, *, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """Withdraw a queued reminder."""
+        return await self.call(
+            "revoke", self._base(session_id, request_id, reminder_id=reminder_id)
+        )
+
+    async def render(
+        self,
+        session_id: str,
+        turn: int,
+        *,
+        format: str | None = None,
+        user_text: str | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Build the envelope for a prompt."""
+        return await self.call(
+            "render",
+            self._base(session_id, request_id, turn=turn, format=format, user_text=user_text),
+        )
+
+    async def end_turn(
+        self, session_id: str, turn: int, *, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """The post-turn boundary."""
+        return await self.call("end_turn", self._base(session_id, request_id, turn=turn))
+
+    async def compact(
+        self, session_id: str, turn: int, *, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """The host compacted its transcript."""
+        return await self.call("compact", self._base(session_id, request_id, turn=turn))
+
+    async def handoff(
+        self,
+        session_id: str,
+        child_session_id: str,
+        *,
+        sub_agent_id: str | None = None,
+        child_turn: int | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Hand propagating reminders to a sub-agent session."""
+        return await self.call(
+            "handoff",
+            self._base(
+                session_id,
+                request_id,
+                child_session_id=child_session_id,
+                sub_agent_id=sub_agent_id,
+                child_turn=child_turn,
+            ),
+        )
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_seq: int | None = None,
+        stream: str = "REMINDERS",
+    ) -> list[int]:
+        """Append producer-built events as one atomic batch under the same OCC rule.
+
+        `expected_last_seq` defaults to the session's current last stream sequence. Returns
+        the stream sequences; raises `JetStreamApiError` on a conflict (nothing stored).
+        """
+        if expected_last_seq is None:
+            expected_last_seq = await last_session_seq(self._nc, stream, session_id)
+        last = await publish_atomic(
+            self._nc,
+            [SessionAppend(session_id, expected_last_seq, tuple(events))],
+            new_uuid7(),
+            self._timeout_s,
+        )
+        return list(range(last - len(events) + 1, last + 1))

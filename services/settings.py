@@ -1,0 +1,74 @@
+"""Configuration, read once from the environment (and CLI flags) into one settings object.
+
+Every variable is documented in the README. Nothing connects at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.config import CoreConfig
+
+
+class Settings(BaseModel):
+    """What every service and the CLI need to know."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nats_url: str = Field(default="nats://127.0.0.1:4222", description="REMINDERS_NATS_URL")
+    stream: str = Field(default="REMINDERS", description="REMINDERS_STREAM")
+    dlq_stream: str = Field(default="REMINDERS_DLQ", description="REMINDERS_DLQ_STREAM")
+    audit_stream: str = Field(default="REMINDERS_AUDIT", description="REMINDERS_AUDIT_STREAM")
+    kv_bucket: str = Field(default="REMINDER_SESSIONS", description="REMINDERS_KV_BUCKET")
+    replicas: int = Field(default=1, ge=1, le=5, description="REMINDERS_REPLICAS")
+    data_dir: Path = Field(default=Path("./data"), description="REMINDERS_DATA_DIR")
+    http_host: str = Field(default="127.0.0.1", description="REMINDERS_HTTP_HOST")
+    http_port: int = Field(default=0, ge=0, le=65535, description="REMINDERS_HTTP_PORT")
+    max_batch_messages: int = Field(default=1000, ge=1, le=1000, description="group commit size")
+    conflict_retries: int = Field(default=5, ge=0, description="REMINDERS_CONFLICT_RETRIES")
+    rate_limit_per_second: int = Field(default=50, ge=1, description="REMINDERS_RATE_LIMIT")
+    cache_sessions: int = Field(default=10_000, ge=0, description="REMINDERS_CACHE_SESSIONS")
+    request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
+    core: CoreConfig = Field(default_factory=CoreConfig, description="Rule bounds and rendering.")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Read `REMINDERS_*` variables once; keyword overrides (CLI flags) win."""
+        env = os.environ if env is None else env
+        fields: dict[str, object] = {}
+        simple = {
+            "REMINDERS_NATS_URL": "nats_url",
+            "REMINDERS_STREAM": "stream",
+            "REMINDERS_DLQ_STREAM": "dlq_stream",
+            "REMINDERS_AUDIT_STREAM": "audit_stream",
+            "REMINDERS_KV_BUCKET": "kv_bucket",
+            "REMINDERS_REPLICAS": "replicas",
+            "REMINDERS_DATA_DIR": "data_dir",
+            "REMINDERS_HTTP_HOST": "http_host",
+            "REMINDERS_HTTP_PORT": "http_port",
+            "REMINDERS_CONFLICT_RETRIES": "conflict_retries",
+            "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
+            "REMINDERS_CACHE_SESSIONS": "cache_sessions",
+        }
+        for variable, name in simple.items():
+            if variable in env:
+                fields[name] = env[variable]
+        core: dict[str, object] = {}
+        for variable, name in {
+            "REMINDERS_MAX_BODY_BYTES": "max_body_bytes",
+            "REMINDERS_MAX_LIVE": "max_live",
+            "REMINDERS_MAX_ENVELOPE_BYTES": "max_envelope_bytes",
+            "REMINDERS_INSTRUCTIONS": "instructions",
+            "REMINDERS_NONCE": "nonce_enabled",
+            "REMINDERS_DEFAULT_FORMAT": "default_format",
+        }.items():
+            if variable in env:
+                core[name] = env[variable]
+        if core:
+            fields["core"] = CoreConfig.model_validate(core)
+        fields.update({key: value for key, value in overrides.items() if value is not None})
+        return cls.model_validate(fields)

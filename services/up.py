@@ -1,0 +1,148 @@
+"""`reminders up`: the embedded NATS (or an existing one), every service as its own process,
+and optionally the demo session driven through the bus."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from rich.console import Console
+
+from services.client import ReminderClient
+from services.connection import connect
+from services.demo import DEMO_SCRIPT, DEMO_SESSION, print_log, print_step
+from services.embedded import EmbeddedNats
+from services.jetstream import decode_event, provision, read_session
+from services.settings import Settings
+from services.supervisor import (
+    ServiceProcess,
+    SupervisorError,
+    spawn_service,
+    stop_all,
+    wait_ready,
+)
+
+#: Services `up` runs, in start order. Each is `reminders serve NAME`.
+SERVICES: tuple[str, ...] = ("gateway",)
+
+
+class UpError(RuntimeError):
+    """`up` could not bring the system up; the message says why."""
+
+
+@dataclass
+class System:
+    """Everything `up` started."""
+
+    nats_url: str
+    server: EmbeddedNats | None = None
+    services: list[ServiceProcess] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """SIGTERM every service, wait, then stop the embedded server."""
+        stop_all(self.services)
+        if self.server is not None:
+            self.server.stop()
+
+
+def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
+    """Start NATS if asked, provision, start every service, wait until all are ready."""
+    server = None
+    if embedded:
+        store = settings.data_dir / "nats"
+        server = EmbeddedNats(store, port=4222 if _port_free(4222) else None)
+        console.print(f"starting nats-server with JetStream under {store} …")
+        server.start()
+        settings = settings.model_copy(update={"nats_url": server.url})
+    system = System(settings.nats_url, server)
+    try:
+        provisioned = asyncio.run(_provision(settings))
+        console.print(f"NATS at {settings.nats_url}; streams: {provisioned}")
+        for name in SERVICES:
+            log_path = settings.data_dir / "logs" / f"{name}.log"
+            system.services.append(spawn_service(name, settings, log_path))
+        wait_ready(system.services, timeout_s=30)
+    except SupervisorError as exc:
+        system.stop()
+        raise UpError(str(exc)) from exc
+    except BaseException:
+        system.stop()
+        raise
+    for service in system.services:
+        console.print(
+            f"  {service.name:<11} pid {service.process.pid:<7} "
+            f"http://127.0.0.1:{service.http_port}/healthz · /readyz · /metrics"
+        )
+    return system
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+async def _provision(settings: Settings) -> dict[str, str]:
+    try:
+        nc = await connect(settings, "reminders-up")
+    except Exception as exc:
+        raise UpError(f"cannot reach NATS at {settings.nats_url}: {exc}") from exc
+    try:
+        return await provision(nc.jetstream(), settings)
+    finally:
+        await nc.drain()
+
+
+async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str, Any]]:
+    """Drive the demo script through the gateway and print what the log recorded."""
+    nc = await connect(settings, "reminders-demo")
+    client = ReminderClient(nc)
+    log: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    try:
+        for op, command in DEMO_SCRIPT:
+            reply = await client.request(op, command)
+            session_id = command["session_id"]
+            stored = await read_session(nc, settings.stream, session_id, seen.get(session_id, 0))
+            events = [
+                {**decode_event(item.data).to_wire(), "stream_seq": item.stream_seq}
+                for item in stored
+            ]
+            if stored:
+                seen[session_id] = stored[-1].stream_seq
+            print_step(console, op, command, reply, events)
+            log.extend(event for event in events if event["session_id"] == DEMO_SESSION)
+    finally:
+        await nc.drain()
+    print_log(console, log, f"event log of {DEMO_SESSION} in stream {settings.stream}")
+    return log
+
+
+def wait_for_interrupt(system: System, console: Console) -> None:
+    """Block until Ctrl-C (or SIGTERM) or a service dies."""
+    stop = False
+
+    def _stop(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    console.print("[bold]running[/bold] — press Ctrl-C to stop")
+    try:
+        while not stop:
+            for service in system.services:
+                if service.process.poll() is not None:
+                    raise UpError(f"{service.name} exited with {service.process.returncode}")
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+def dump_json(value: Any) -> str:
+    """Compact JSON for console lines."""
+    return orjson.dumps(value).decode()
