@@ -109,9 +109,12 @@ class ReminderSpec(BaseModel):
 
     @field_validator("dedupe_key")
     @classmethod
-    def _empty_key_is_none(cls, key: str | None) -> str | None:
+    def _key_trimmed(cls, key: str | None) -> str | None:
+        # Trimmed like clear's selector values (§4.3), so a key can always be cleared by the
+        # value it was given with; blank means none.
         if key is None or not key.strip():
             return None
+        key = key.strip()
         if len(key) > 256 or not is_utf8_encodable(key):
             raise ValueError("dedupe_key must be 1–256 characters")
         return key
@@ -121,6 +124,9 @@ class ReminderSpec(BaseModel):
     def _plain_identifier(cls, value: str | None) -> str | None:
         if value is not None and (has_control_chars(value) or not is_utf8_encodable(value)):
             raise ValueError("must not contain control characters")
+        if value is not None and value != value.strip():
+            # clear trims its selector values (§4.3): such an id could never be selected.
+            raise ValueError("must not start or end with whitespace")
         return value
 
     def body_bytes(self) -> int:

@@ -271,7 +271,7 @@ def _revoke(batch: Batch, command: cmd.Revoke, config: CoreConfig) -> Reply:
     if target in _queued_ids(batch.scratch):
         batch.emit(ev.Revoked(reminder_id=target))
         return RevokeReply(session_seq=0, status="revoked")
-    if target in batch.scratch.revoked_ids:
+    if target not in _live_ids(batch.scratch) and target in batch.scratch.revoked_ids:
         return RevokeReply(session_seq=0, status="already_revoked")
     if target in batch.scratch.seen_ids:
         raise _reject(

@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import nats
 from nats.aio.client import Client
 
 from services.settings import Settings
 
+log = logging.getLogger("reminders.nats")
 
-async def connect(settings: Settings, name: str) -> Client:
-    """A nats-py connection named after the service, reconnecting forever."""
-    return await nats.connect(
-        settings.nats_url,
-        name=name,
-        connect_timeout=settings.request_timeout_s,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        allow_reconnect=True,
-    )
+
+class NatsUnreachable(RuntimeError):
+    """The first connection could not be made in time."""
+
+
+async def _quiet_error(exc: Exception) -> None:
+    # nats-py prints a traceback by default; one line is enough, and never a payload.
+    log.warning("nats connection trouble", extra={"error": type(exc).__name__})
+
+
+async def connect(settings: Settings, name: str, startup_timeout_s: float = 10.0) -> Client:
+    """A connection named after the service that reconnects forever once established.
+
+    The first connection is bounded by `startup_timeout_s`, so a wrong URL fails fast.
+    """
+    try:
+        return await asyncio.wait_for(
+            nats.connect(
+                settings.nats_url,
+                name=name,
+                connect_timeout=min(settings.request_timeout_s, startup_timeout_s),
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                allow_reconnect=True,
+                error_cb=_quiet_error,
+            ),
+            timeout=startup_timeout_s,
+        )
+    except (TimeoutError, OSError, nats.errors.Error) as exc:
+        raise NatsUnreachable(
+            f"cannot reach NATS at {settings.nats_url} within {startup_timeout_s:.0f}s"
+        ) from exc

@@ -81,6 +81,7 @@ def side_stream_configs(settings: Settings) -> list[StreamConfig]:
             retention=RetentionPolicy.LIMITS,
             num_replicas=settings.replicas,
             allow_direct=True,
+            duplicate_window=120.0,
         ),
         StreamConfig(
             name=settings.audit_stream,
@@ -90,6 +91,7 @@ def side_stream_configs(settings: Settings) -> list[StreamConfig]:
             num_replicas=settings.replicas,
             deny_delete=True,
             allow_direct=True,
+            duplicate_window=120.0,
         ),
     ]
 
@@ -112,7 +114,7 @@ def _needs_update(existing: StreamConfig, wanted: StreamConfig) -> bool:
         return True
     if (existing.num_replicas or 1) != (wanted.num_replicas or 1):
         return True
-    if wanted.duplicate_window is None:
+    if not wanted.duplicate_window:
         return False
     return abs((existing.duplicate_window or 0) - wanted.duplicate_window) > 1e-3
 

@@ -13,7 +13,7 @@ import orjson
 from rich.console import Console
 
 from services.client import ReminderClient
-from services.connection import connect
+from services.connection import NatsUnreachable, connect
 from services.demo import DEMO_SCRIPT, DEMO_SESSION, print_log, print_step
 from services.embedded import EmbeddedNats
 from services.jetstream import decode_event, provision, read_session
@@ -89,9 +89,9 @@ def _port_free(port: int) -> bool:
 
 async def _provision(settings: Settings) -> dict[str, str]:
     try:
-        nc = await connect(settings, "reminders-up")
-    except Exception as exc:
-        raise UpError(f"cannot reach NATS at {settings.nats_url}: {exc}") from exc
+        nc = await connect(settings, "reminders-up", startup_timeout_s=5.0)
+    except NatsUnreachable as exc:
+        raise UpError(str(exc)) from exc
     try:
         return await provision(nc.jetstream(), settings)
     finally:

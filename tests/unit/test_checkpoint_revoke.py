@@ -124,3 +124,11 @@ def test_revoking_a_drained_or_directly_injected_reminder_is_already_delivered()
 
 def test_revoking_an_id_never_seen_is_unknown_reminder_id() -> None:
     assert Driver().error("revoke", reminder_id="ghost") == "unknown_reminder_id"
+
+
+def test_revoking_an_id_revoked_once_but_now_live_again_is_already_delivered() -> None:
+    driver = Driver()
+    driver.inject("q", mode="steer", id="again")
+    driver.ok("revoke", reminder_id="again")
+    driver.inject("now direct", id="again")
+    assert driver.error("revoke", reminder_id="again") == "already_delivered"

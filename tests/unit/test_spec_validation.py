@@ -178,3 +178,9 @@ def test_an_unknown_op_is_invalid_request() -> None:
 def test_a_session_id_may_hold_any_printable_unicode_up_to_256_chars() -> None:
     command, _ = parse_command("end_turn", {"session_id": "sessión/ü 😀" * 20, "turn": 0})
     assert command.session_id.startswith("sessión")
+
+
+def test_dedupe_keys_are_trimmed_and_ids_with_surrounding_whitespace_are_refused() -> None:
+    spec, _ = parse_reminder({"body": "x", "dedupe_key": "  k1 "})
+    assert spec.dedupe_key == "k1"
+    assert code_of({"body": "x", "id": "a "}) == "HARN-RMD-001"

@@ -1,0 +1,39 @@
+"""A crash of the NATS server itself: acknowledged events survive and the gateway heals."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.client import ReminderClient
+from services.connection import connect
+from services.jetstream import read_session
+from services.settings import Settings
+from tests.conftest import NatsUnderTest
+from tests.processes import ServiceRunner
+
+
+async def test_acknowledged_events_survive_a_nats_sigkill_and_the_gateway_reconnects(
+    nats_server: NatsUnderTest, provisioned: Settings, services: ServiceRunner
+) -> None:
+    if nats_server.embedded is None:
+        pytest.skip("needs the embedded server to kill it (REMINDERS_TEST_NATS_URL is set)")
+    services.start("gateway")
+    nc = await connect(provisioned, "test-client")
+    client = ReminderClient(nc, timeout_s=2)
+    for n in range(10):
+        await client.inject("survivor", f"b{n}")
+    nats_server.embedded.kill()
+    nats_server.embedded.start()
+    reply = None
+    for _ in range(100):  # bounded: the clients reconnect within a few seconds
+        try:
+            reply = await client.inject("survivor", "after restart")
+            break
+        except Exception:
+            await asyncio.sleep(0.2)
+    assert reply is not None and reply["session_seq"] == 11
+    stored = await read_session(nc, provisioned.stream, "survivor")
+    assert len(stored) == 11
+    await nc.close()
