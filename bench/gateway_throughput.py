@@ -1,0 +1,123 @@
+"""Commands per second through a real gateway process, against raw nats-py baselines.
+
+    python -m bench.gateway_throughput [--sessions 200] [--commands 4000] [--concurrency 200]
+
+Baselines measured in the same run on the same server: single-message atomic batches sent
+one after another with raw nats-py (what the gateway would do without group commit), and
+plain `js.publish` without batches or expectations (no atomicity, no OCC).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+
+from bench.common import embedded_server, emit, rate
+from contracts.state import SessionState
+from core import handle
+from services.client import ReminderClient
+from services.jetstream import SessionAppend, encode_event, provision, publish_atomic
+from services.settings import Settings
+from services.supervisor import spawn_service, stop_all, wait_ready
+from tests.support import context_for
+
+
+async def raw_baselines(url: str, count: int) -> dict[str, float]:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    started = time.perf_counter()
+    for n in range(count):
+        events = handle(
+            SessionState(),
+            "inject",
+            {"session_id": f"raw-{n}", "reminder": {"body": "x"}},
+            context_for(n + 1),
+        ).events
+        await publish_atomic(nc, [SessionAppend(f"raw-{n}", 0, events)], f"raw-batch-{n}")
+    atomic = rate(count, time.perf_counter() - started)
+    started = time.perf_counter()
+    for n in range(count):
+        events = handle(
+            SessionState(),
+            "inject",
+            {"session_id": f"plain-{n}", "reminder": {"body": "x"}},
+            context_for(n + 1),
+        ).events
+        await js.publish(f"transcript.reminder.injected.plain-{n}", encode_event(events[0]))
+    plain = rate(count, time.perf_counter() - started)
+    await nc.close()
+    return {"raw_atomic_batch_per_command_per_s": atomic, "raw_plain_publish_per_s": plain}
+
+
+async def drive(url: str, sessions: int, commands: int, concurrency: int) -> dict[str, float]:
+    nc = await nats.connect(url)
+    client = ReminderClient(nc, timeout_s=30)
+    semaphore = asyncio.Semaphore(concurrency)
+    failures = 0
+
+    async def one(n: int) -> None:
+        nonlocal failures
+        async with semaphore:
+            reply = await client.request(
+                "inject",
+                {"session_id": f"s{n % sessions}", "reminder": {"body": f"b{n}", "ttl_turns": 3}},
+            )
+            failures += 0 if reply["ok"] else 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(commands)))
+    seconds = time.perf_counter() - started
+    await nc.close()
+    return {"gateway_commands_per_s": rate(commands, seconds), "failed_commands": failures}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--commands", type=int, default=4000)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--baseline-commands", type=int, default=500)
+    args = parser.parse_args()
+    with embedded_server() as server:
+        settings = Settings(nats_url=server.url, rate_limit_per_second=1_000_000)
+
+        async def prepare() -> None:
+            nc = await nats.connect(server.url)
+            await provision(nc.jetstream(), settings)
+            await nc.close()
+
+        asyncio.run(prepare())
+        with tempfile.TemporaryDirectory() as logs:
+            gateway = spawn_service(
+                "gateway",
+                settings,
+                Path(logs) / "gateway.log",
+                {"REMINDERS_RATE_LIMIT": "1000000"},
+            )
+            try:
+                wait_ready([gateway])
+                measured = asyncio.run(
+                    drive(server.url, args.sessions, args.commands, args.concurrency)
+                )
+            finally:
+                stop_all([gateway])
+        baseline = asyncio.run(raw_baselines(server.url, args.baseline_commands))
+    emit(
+        "gateway_throughput",
+        {
+            "sessions": args.sessions,
+            "commands": args.commands,
+            "concurrency": args.concurrency,
+            **measured,
+            **baseline,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
