@@ -65,3 +65,9 @@ def derived_uuid7(occurred_at: str, *seed: str) -> str:
     digest[6] = 0x70 | (digest[6] & 0x0F)
     digest[8] = 0x80 | (digest[8] & 0x3F)
     return str(uuid.UUID(bytes=bytes(digest)))
+
+
+def links(previous_chain: str, envelope: dict[str, Any]) -> bool:
+    """Whether a raw envelope's `chain` follows `previous_chain` (SPEC §3.3.1)."""
+    body = {key: value for key, value in envelope.items() if key != "chain"}
+    return envelope.get("chain") == chain_link(previous_chain, body)

@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from rich.console import Console
 
 from services.client import ReminderClient
@@ -124,14 +123,14 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
 
 
 def wait_for_interrupt(system: System, console: Console) -> None:
-    """Block until Ctrl-C (or SIGTERM) or a service dies."""
+    """Block until Ctrl-C or SIGTERM (a clean stop, exit 0) or until a service dies."""
     stop = False
 
     def _stop(signum: int, frame: object) -> None:
         nonlocal stop
         stop = True
 
-    signal.signal(signal.SIGTERM, _stop)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     console.print("[bold]running[/bold] — press Ctrl-C to stop")
     try:
         while not stop:
@@ -139,10 +138,7 @@ def wait_for_interrupt(system: System, console: Console) -> None:
                 if service.process.poll() is not None:
                     raise UpError(f"{service.name} exited with {service.process.returncode}")
             time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
-
-
-def dump_json(value: Any) -> str:
-    """Compact JSON for console lines."""
-    return orjson.dumps(value).decode()
+    finally:
+        # A second Ctrl-C while stopping must not abandon the children half-stopped.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, previous[signal.SIGTERM])
