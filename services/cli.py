@@ -11,6 +11,8 @@ from rich.console import Console
 
 from services.settings import Settings
 
+SERVICE_NAMES = ("gateway", "projector", "propagator")
+
 app = typer.Typer(
     name="reminders",
     help="Reminder Ledger: event-sourced system reminders for LLM agent sessions.",
@@ -78,22 +80,31 @@ def up(
 
 @app.command()
 def serve(
-    service: str = typer.Argument(..., help="Which service to run: gateway."),
+    service: str = typer.Argument(
+        ..., help="Which service to run: gateway, projector or propagator."
+    ),
 ) -> None:
     """Run one service in the foreground (configuration from REMINDERS_* variables)."""
     from services.logs import configure_logging
 
     configure_logging()
     settings = Settings.from_env()
-    if service == "gateway":
-        from services.gateway.app import build_gateway
-
-        application, _ = build_gateway(settings)
-    else:
-        _fail(f"unknown service {service!r}; choose one of: gateway")
-        return
+    if service not in SERVICE_NAMES:
+        _fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICE_NAMES)}")
     try:
-        asyncio.run(application.run())
+        if service == "gateway":
+            from services.gateway.app import build_gateway
+
+            asyncio.run(build_gateway(settings)[0].run())
+        elif service == "propagator":
+            from services.propagator.app import build_propagator
+
+            asyncio.run(build_propagator(settings)[0].run())
+        elif service == "projector":
+            from services.projector.app import serve_projector
+
+            serve_projector(settings)
+
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # one readable line instead of a traceback

@@ -86,6 +86,18 @@ DEMO_SCRIPT: list[tuple[str, dict[str, Any]]] = [
         "handoff",
         {"session_id": DEMO_SESSION, "child_session_id": DEMO_CHILD, "sub_agent_id": "test-runner"},
     ),
+    (
+        "inject",
+        {
+            "session_id": DEMO_SESSION,
+            "mode": "interrupt",
+            "reminder": {
+                "body": "The user asked for a status update: stop and summarise.",
+                "id": "status-1",
+                "source": "hook",
+            },
+        },
+    ),
 ]
 
 
@@ -144,6 +156,43 @@ def print_log(console: Console, log: list[dict[str, Any]], title: str) -> None:
             event["chain"][:16] + "…",
         )
     console.print(table)
+
+
+def print_projection(
+    console: Console, session_id: str, state: dict[str, Any], pending: dict[str, Any]
+) -> None:
+    """The projected state of a session and its pending injections (SPEC §4.10)."""
+    table = Table(
+        title=f"projected state of {session_id} (session_seq {state['session_seq']},"
+        f" stream_seq {state['stream_seq']}, turn {state['turn']})"
+    )
+    for column in ("reminder", "authority", "ttl_remaining", "delivered", "source"):
+        table.add_column(column)
+    for row in state["pending"]:
+        spec = row["spec"]
+        table.add_row(
+            spec["id"],
+            spec["authority"],
+            str(row["ttl_remaining"]),
+            str(row["delivered"]),
+            spec["source"],
+        )
+    console.print(table)
+    console.print(
+        f"  envelopes since compaction: {len(state['delivered'])} · compactions:"
+        f" {state['compactions']} · chain_head {state['chain_head'][:16]}…"
+    )
+    rows = Table(title=f"pending injections of {session_id} ({pending['pendingCount']})")
+    for column in ("position", "reminderId", "mode", "source"):
+        rows.add_column(column)
+    for injection in pending["injections"]:
+        rows.add_row(
+            str(injection["position"]),
+            injection["reminderId"],
+            injection["mode"],
+            injection["source"],
+        )
+    console.print(rows)
 
 
 def print_demo(console: Console, *, show_log: bool = True) -> None:

@@ -22,7 +22,7 @@ import nats
 import orjson
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from contracts.events import Event
@@ -140,11 +140,30 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> str:
     return "updated"
 
 
+async def ensure_bucket(js: JetStreamContext, settings: Settings) -> str:
+    """Create the projection bucket `REMINDER_SESSIONS` if it is missing (history 1)."""
+    try:
+        await js.key_value(settings.kv_bucket)
+        return "unchanged"
+    except nats.js.errors.BucketNotFoundError:
+        await js.create_key_value(
+            KeyValueConfig(
+                bucket=settings.kv_bucket,
+                history=1,
+                storage=StorageType.FILE,
+                replicas=settings.replicas,
+                description="Reminder Ledger session projections (SPEC §6.3)",
+            )
+        )
+        return "created"
+
+
 async def provision(js: JetStreamContext, settings: Settings) -> dict[str, str]:
-    """Create or update every stream of SPEC §3.1, idempotently."""
+    """Create or update every stream of SPEC §3.1 and the projection bucket, idempotently."""
     done = {settings.stream: await ensure_stream(js, event_stream_config(settings))}
     for config in side_stream_configs(settings):
         done[config.name or ""] = await ensure_stream(js, config)
+    done[f"KV_{settings.kv_bucket}"] = await ensure_bucket(js, settings)
     return done
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.metrics import Counter, Histogram, Meter
+from opentelemetry.metrics import Counter, Histogram, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import REGISTRY, generate_latest
@@ -61,4 +61,36 @@ class GatewayMetrics:
             batch_size=meter.create_histogram(
                 "reminders_group_commit_commands", description="Commands per atomic batch"
             ),
+        )
+
+
+@dataclass
+class ProjectorMetrics:
+    """Instruments of the projector (SPEC §10): lag, apply latency, verdicts, DLQ."""
+
+    events: Counter
+    apply_latency: Histogram
+    dead_letters: Counter
+    lag: list[int]
+
+    @classmethod
+    def create(cls, meter: Meter) -> ProjectorMetrics:
+        """Register the projector's instruments; lag is observed from the last fetch."""
+        lag = [0]
+        meter.create_observable_gauge(
+            "reminders_projector_lag",
+            callbacks=[lambda _options: [Observation(lag[0])]],
+            description="Events in the stream not yet delivered to the projector",
+        )
+        return cls(
+            events=meter.create_counter(
+                "reminders_projector_events", description="Events by verdict"
+            ),
+            apply_latency=meter.create_histogram(
+                "reminders_projector_apply_latency", unit="s", description="Per-session apply"
+            ),
+            dead_letters=meter.create_counter(
+                "reminders_dlq_messages", description="Poison messages copied to the DLQ"
+            ),
+            lag=lag,
         )

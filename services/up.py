@@ -13,7 +13,14 @@ from rich.console import Console
 
 from services.client import ReminderClient
 from services.connection import NatsUnreachable, connect
-from services.demo import DEMO_SCRIPT, DEMO_SESSION, print_log, print_step
+from services.demo import (
+    DEMO_CHILD,
+    DEMO_SCRIPT,
+    DEMO_SESSION,
+    print_log,
+    print_projection,
+    print_step,
+)
 from services.embedded import EmbeddedNats
 from services.jetstream import decode_event, provision, read_session
 from services.settings import Settings
@@ -26,7 +33,7 @@ from services.supervisor import (
 )
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.
-SERVICES: tuple[str, ...] = ("gateway",)
+SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator")
 
 
 class UpError(RuntimeError):
@@ -116,9 +123,14 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
                 seen[session_id] = stored[-1].stream_seq
             print_step(console, op, command, reply, events)
             log.extend(event for event in events if event["session_id"] == DEMO_SESSION)
+        print_log(console, log, f"event log of {DEMO_SESSION} in stream {settings.stream}")
+        for session_id in (DEMO_SESSION, DEMO_CHILD):
+            # Queries wait until the projector has applied every event stored so far.
+            state = await client.call("state", {"session_id": session_id, "timeout_ms": 10000})
+            pending = await client.call("pending_injections", {"session_id": session_id})
+            print_projection(console, session_id, state["state"], pending)
     finally:
         await nc.drain()
-    print_log(console, log, f"event log of {DEMO_SESSION} in stream {settings.stream}")
     return log
 
 

@@ -48,10 +48,13 @@ def build_gateway(settings: Settings) -> tuple[FastStream, GatewayRuntime]:
     runtime = GatewayRuntime(settings)
 
     @broker.subscriber(COMMAND_SUBJECTS, queue=QUEUE_GROUP, max_workers=256)
-    async def on_command(msg: NatsMessage) -> bytes:
+    async def on_command(msg: NatsMessage) -> bytes | None:
         """Decode, decide and commit, then reply (only after the batch is stored)."""
         op = msg.raw_message.subject.rsplit(".", 1)[-1]
         assert runtime.service is not None
+        if op == "rpc":
+            response = await runtime.service.handle_rpc(msg.body)
+            return None if response is None else orjson.dumps(response)
         return orjson.dumps(await runtime.service.handle(op, msg.body))
 
     @app.on_startup

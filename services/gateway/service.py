@@ -21,7 +21,14 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from contracts.commands import DECIDED_COMMANDS, Command, parse_command
+from contracts.commands import (
+    DECIDED_COMMANDS,
+    Command,
+    Forget,
+    PendingInjectionsQuery,
+    StateQuery,
+    parse_command,
+)
 from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
 from contracts.replies import ErrorReply, InlinePlacement
@@ -34,6 +41,8 @@ from services.gateway.committer import (
     CommitUncertain,
     GroupCommitter,
 )
+from services.gateway.queries import ProjectionReader, pending_injections
+from services.gateway.rpc import handle_rpc
 from services.ids import fresh_context
 from services.jetstream import SessionAppend, decode_event, read_session
 from services.settings import Settings
@@ -42,6 +51,7 @@ from services.telemetry import GatewayMetrics
 log = logging.getLogger("reminders.gateway")
 
 DECIDED_OPS = frozenset(command.op for command in DECIDED_COMMANDS)
+QUERY_OPS = frozenset({StateQuery.op, PendingInjectionsQuery.op, Forget.op})
 
 
 def error_reply(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]:
@@ -148,6 +158,19 @@ class CommandService:
         self._cache = SessionCache(settings.cache_sessions)
         self._rate = RateLimiter(settings.rate_limit_per_second)
         self._locks = SessionLocks()
+        self._reader = ProjectionReader(nc, settings)
+
+    async def handle_rpc(self, data: bytes) -> dict[str, Any] | None:
+        """One JSON-RPC message (SPEC §8); None for a notification."""
+        try:
+            raw = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": -32700, "message": "Parse error"},
+            }
+        return await handle_rpc(self.handle_value, raw)
 
     async def handle(self, op: str, data: bytes) -> dict[str, Any]:
         """Decide and commit one command; never raises."""
@@ -159,7 +182,8 @@ class CommandService:
             reply = error_reply(ErrorCode.UNAVAILABLE, "the gateway could not complete the command")
         outcome = "ok" if reply.get("ok") else str(reply["error"]["code"])
         if self._metrics is not None:
-            attributes = {"op": op if op in DECIDED_OPS else "other", "outcome": outcome}
+            known = op in DECIDED_OPS or op in QUERY_OPS or op == "rpc"
+            attributes = {"op": op if known else "other", "outcome": outcome}
             self._metrics.commands.add(1, attributes)
             self._metrics.latency.record(time.perf_counter() - started, attributes)
         return reply
@@ -169,7 +193,11 @@ class CommandService:
             raw = orjson.loads(data)
         except orjson.JSONDecodeError:
             return error_reply(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
-        if op not in DECIDED_OPS:
+        return await self.handle_value(op, raw)
+
+    async def handle_value(self, op: str, raw: object) -> dict[str, Any]:
+        """Serve one command or query given as a parsed JSON value."""
+        if op not in DECIDED_OPS and op not in QUERY_OPS:
             return error_reply(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]}", op=op[:64])
         try:
             command, warnings = parse_command(
@@ -177,6 +205,21 @@ class CommandService:
             )
         except ReminderError as exc:
             return ErrorReply(error=exc.to_body()).to_wire()
+        if isinstance(command, StateQuery):
+            state, stale = await self._reader.session_state(
+                command.session_id, command.min_seq or 0, command.timeout_ms
+            )
+            return {"ok": True, "state": state.model_dump(mode="json"), "stale": stale}
+        if isinstance(command, PendingInjectionsQuery):
+            state, stale = await self._reader.session_state(
+                command.session_id, 0, command.timeout_ms
+            )
+            return {"ok": True, **pending_injections(state), "stale": stale}
+        if isinstance(command, Forget):
+            async with self._locks.hold(command.session_id):
+                reply = await self._reader.forget(command.session_id, command.request_id)
+                self._cache.drop(command.session_id)
+                return reply
         wait_ms = self._rate.retry_after_ms(command.session_id, time.monotonic())
         if wait_ms:
             return error_reply(

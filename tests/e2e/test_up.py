@@ -32,10 +32,14 @@ def test_up_with_the_demo_drives_a_session_through_the_bus_and_stops_cleanly(
     out = result.stdout
     assert "starting nats-server with JetStream" in out
     assert "gateway" in out and "/healthz" in out
-    assert "event log of demo-session in stream REMINDERS (20 events)" in out
+    assert "event log of demo-session in stream REMINDERS (21 events)" in out
     for kind in ("injected", "queued", "fired", "delivered", "expired", "compacted", "handed_off"):
         assert kind in out
     assert '<context-directives speaker="harness">' in out
+    assert "projected state of demo-session (session_seq 21" in out
+    assert "pending injections of demo-session (1)" in out
+    assert "status-1" in out
+    assert "projected state of demo-child" in out and "inherited" in out
     assert "stopping" in out
     assert (tmp_path / "nats").is_dir()
 

@@ -19,6 +19,7 @@ async def test_provisioning_creates_the_streams_the_spec_describes(
         "REMINDERS": "created",
         "REMINDERS_DLQ": "created",
         "REMINDERS_AUDIT": "created",
+        "KV_REMINDER_SESSIONS": "created",
     }
     config = (await nc.jetstream().stream_info("REMINDERS")).config
     assert config.subjects == ["transcript.reminder.>"]

@@ -1,0 +1,102 @@
+"""Wiring of the projector: a pinned pull loop over `transcript.reminder.>` into the bucket.
+
+This is a hot path (every event of every session), so it pulls with nats-py directly in
+batches rather than through FastStream's per-message handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+
+from services.connection import connect
+from services.http import HealthServer
+from services.jetstream import provision
+from services.projector.adapters import JetStreamDeadLetters, KvSessionStore, NatsDelivery
+from services.projector.apply import Projector, Verdict
+from services.projector.consumer import fetch_pinned, pinned_consumer_config, upsert_consumer
+from services.settings import Settings
+from services.telemetry import ProjectorMetrics, meter_provider
+
+log = logging.getLogger("reminders.projector")
+
+DURABLE = "projector"
+GROUP = "projector"
+FETCH_BATCH = 500
+
+
+@dataclass
+class ProjectorRuntime:
+    """What the projector holds while it runs."""
+
+    settings: Settings
+    nc: Client | None = None
+    ready: bool = False
+    pinned: bool = False
+
+    def is_ready(self) -> bool:
+        """Connected and pulling (a standby replica is ready too: it takes over on failure)."""
+        return self.ready and self.nc is not None and self.nc.is_connected
+
+
+async def run_projector(settings: Settings, stop: asyncio.Event) -> None:
+    """Pull, fold, write, ack — until `stop` is set."""
+    runtime = ProjectorRuntime(settings)
+    runtime.nc = nc = await connect(settings, "reminders-projector")
+    js = nc.jetstream()
+    await provision(js, settings)
+    await upsert_consumer(
+        nc,
+        settings.stream,
+        pinned_consumer_config(DURABLE, GROUP, "transcript.reminder.>", priority_timeout_s=3.0),
+    )
+    metrics = ProjectorMetrics.create(meter_provider("reminders-projector").get_meter("projector"))
+    dead_letters = JetStreamDeadLetters(js)
+    projector = Projector(KvSessionStore(await js.key_value(settings.kv_bucket)), dead_letters)
+    health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
+    await health.start()
+    runtime.ready = True
+    log.info("projector started", extra={"http_port": health.port})
+    pin_id: str | None = None
+    try:
+        while not stop.is_set():
+            try:
+                messages, pin_id = await fetch_pinned(
+                    nc, settings.stream, DURABLE, GROUP, FETCH_BATCH, 1.0, pin_id
+                )
+            except Exception as exc:  # NATS away: back off and pull again
+                log.warning("fetch failed", extra={"error": type(exc).__name__})
+                await asyncio.sleep(0.5)
+                continue
+            if not messages:
+                continue
+            deliveries = [NatsDelivery(message) for message in messages]
+            report = await projector.process(list(deliveries))
+            metrics.lag[0] = deliveries[-1].num_pending
+            metrics.apply_latency.record(projector.last_apply_latency_s)
+            for verdict in Verdict:
+                if report.verdicts[verdict]:
+                    metrics.events.add(report.verdicts[verdict], {"verdict": verdict.value})
+            if report.verdicts[Verdict.POISON]:
+                metrics.dead_letters.add(report.verdicts[Verdict.POISON])
+    finally:
+        runtime.ready = False
+        await health.stop()
+        await nc.drain()
+
+
+def serve_projector(settings: Settings) -> None:
+    """Run until SIGTERM or Ctrl-C."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_projector(settings, stop)
+
+    asyncio.run(main())

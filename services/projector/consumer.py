@@ -1,0 +1,116 @@
+"""Raw JetStream pull consumer with a pinned-client priority group (server ≥ 2.11).
+
+nats-py has no priority-group support, so the consumer is created with the raw API and
+pulled with `$JS.API.CONSUMER.MSG.NEXT` carrying `group` and the pin id. The server pins one
+client and stamps `Nats-Pin-Id` on what it delivers; a pull with another id gets status 423,
+and when the pinned client stops pulling for `priority_timeout` another one is pinned.
+Delivered messages are ordinary JetStream messages: `ack()` and `nak(delay=…)` work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from services.jetstream import JetStreamApiError
+
+NS = 1_000_000_000
+H_PIN_ID = "Nats-Pin-Id"
+
+
+def pinned_consumer_config(
+    durable: str,
+    group: str,
+    filter_subject: str,
+    *,
+    priority_timeout_s: float = 5.0,
+    ack_wait_s: float = 30.0,
+    max_ack_pending: int = 10_000,
+) -> dict[str, Any]:
+    """A durable pull consumer whose replicas form one pinned-client priority group."""
+    return {
+        "durable_name": durable,
+        "ack_policy": "explicit",
+        "deliver_policy": "all",
+        "filter_subject": filter_subject,
+        "max_ack_pending": max_ack_pending,
+        "max_deliver": -1,
+        "ack_wait": int(ack_wait_s * NS),
+        "priority_groups": [group],
+        "priority_policy": "pinned_client",
+        "priority_timeout": int(priority_timeout_s * NS),
+    }
+
+
+async def upsert_consumer(nc: Client, stream: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Create the durable consumer or update it to `config` (an existing durable otherwise
+    keeps its old config silently)."""
+    reply = await nc.request(
+        f"$JS.API.CONSUMER.CREATE.{stream}.{config['durable_name']}",
+        orjson.dumps({"stream_name": stream, "config": config}),
+        timeout=5,
+    )
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    if "error" in answer:
+        raise JetStreamApiError(answer["error"])
+    return answer
+
+
+async def consumer_info(nc: Client, stream: str, durable: str) -> dict[str, Any]:
+    """Raw consumer info (num_pending, num_ack_pending, delivered, priority groups)."""
+    reply = await nc.request(f"$JS.API.CONSUMER.INFO.{stream}.{durable}", b"", timeout=5)
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    if "error" in answer:
+        raise JetStreamApiError(answer["error"])
+    return answer
+
+
+async def fetch_pinned(
+    nc: Client,
+    stream: str,
+    durable: str,
+    group: str,
+    batch: int,
+    expires_s: float,
+    pin_id: str | None,
+) -> tuple[list[Msg], str | None]:
+    """One pull request; returns the messages and the (possibly new, or lost) pin id."""
+    request: dict[str, Any] = {"batch": batch, "expires": int(expires_s * NS), "group": group}
+    if pin_id:
+        request["id"] = pin_id
+    inbox = nc.new_inbox()
+    subscription = await nc.subscribe(inbox)
+    messages: list[Msg] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + expires_s + 1.0
+    try:
+        await nc.publish(
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}", orjson.dumps(request), reply=inbox
+        )
+        while len(messages) < batch:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                message = await subscription.next_msg(timeout=remaining)
+            except TimeoutError:
+                break
+            status = message.headers.get("Status") if message.headers and not message.data else None
+            if status is None:
+                new_pin = message.headers.get(H_PIN_ID) if message.headers else None
+                if new_pin:
+                    pin_id = new_pin
+                messages.append(message)
+                continue
+            if status == "100":  # idle heartbeat
+                continue
+            if status == "423":  # another client is pinned: compete again without an id
+                pin_id = None
+            break  # 404 no messages, 408 expired, 409 and others end this request
+    finally:
+        await subscription.unsubscribe()
+    return messages, pin_id

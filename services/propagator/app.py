@@ -1,0 +1,169 @@
+"""Wiring of the propagator: a durable pull consumer of `handed_off` events.
+
+For each `handed_off` it asks the gateway to `inherit` into the child session, so the child's
+events go through the same optimistic-concurrency append as every command. The child state
+remembers which `handed_off` event ids it applied, so a redelivery has no second effect.
+Ack policy is manual and explicit: ack after the gateway replied ok (or after a poison copy
+reached the DLQ); nak with a delay when the gateway is unavailable or busy, so it is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import orjson
+from faststream import AckPolicy, FastStream
+from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
+from nats.aio.client import Client
+from nats.js.api import AckPolicy as ConsumerAckPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from pydantic import ValidationError
+
+from contracts.events import Event, HandedOff
+from services.connection import connect
+from services.deadletter import send_to_dlq
+from services.http import HealthServer
+from services.jetstream import provision
+from services.settings import Settings
+
+log = logging.getLogger("reminders.propagator")
+
+DURABLE = "propagator"
+RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
+
+
+def consumer_config() -> ConsumerConfig:
+    """The propagator's durable consumer, applied at every start-up."""
+    return ConsumerConfig(
+        durable_name=DURABLE,
+        filter_subject="transcript.reminder.handed_off.>",
+        ack_policy=ConsumerAckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=30.0,
+        max_ack_pending=64,
+        max_deliver=-1,
+    )
+
+
+def inherit_command(event: Event) -> dict[str, object]:
+    """The child-side command for one `handed_off` event."""
+    payload = event.payload
+    assert isinstance(payload, HandedOff)
+    return {
+        "session_id": payload.child_session_id,
+        "agent_id": payload.sub_agent_id,
+        "parent_session_id": event.session_id,
+        "parent_agent_id": event.agent_id,
+        "handoff_event_id": event.event_id,
+        "sub_agent_id": payload.sub_agent_id,
+        "reminders": [spec.model_dump(mode="json") for spec in payload.reminders],
+    }
+
+
+@dataclass
+class PropagatorRuntime:
+    """What the propagator holds while it runs."""
+
+    settings: Settings
+    nc: Client | None = None
+    health: HealthServer | None = None
+    ready: bool = False
+
+    def is_ready(self) -> bool:
+        """Connected and consuming."""
+        return self.ready and self.nc is not None and self.nc.is_connected
+
+
+def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]:
+    """The propagator app; nothing connects until it runs."""
+    broker = NatsBroker(settings.nats_url, log_level=logging.DEBUG, graceful_timeout=10.0)
+    app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
+    runtime = PropagatorRuntime(settings)
+
+    @broker.subscriber(
+        "transcript.reminder.handed_off.>",
+        stream=JStream(settings.stream, declare=False),
+        durable=DURABLE,
+        config=consumer_config(),
+        pull_sub=PullSub(batch_size=16, timeout=1.0),
+        ack_policy=AckPolicy.MANUAL,
+    )
+    async def on_handed_off(msg: NatsMessage) -> None:
+        assert runtime.nc is not None
+        raw = msg.raw_message
+        stream_seq = int(raw.metadata.sequence.stream)
+        token = raw.subject.rsplit(".", 1)[-1]
+        try:
+            event = Event.model_validate(orjson.loads(msg.body))
+            if not isinstance(event.payload, HandedOff):
+                raise ValueError("not a handed_off event")
+        except (ValueError, ValidationError, orjson.JSONDecodeError) as exc:
+            await send_to_dlq(
+                runtime.nc.jetstream(),
+                service=DURABLE,
+                token=token,
+                subject=raw.subject,
+                stream_seq=stream_seq,
+                data=msg.body,
+                code="invalid_event",
+                reason=type(exc).__name__,
+            )
+            await msg.ack()
+            return
+        try:
+            response = await runtime.nc.request(
+                "reminders.v1.inherit",
+                orjson.dumps(inherit_command(event)),
+                timeout=settings.request_timeout_s,
+            )
+            reply = orjson.loads(response.data)
+        except Exception as exc:  # gateway away: retried by redelivery, never dropped
+            log.warning("gateway unavailable", extra={"error": type(exc).__name__})
+            await msg.nack(delay=1.0)
+            return
+        if reply.get("ok"):
+            await msg.ack()
+            return
+        code = str(reply["error"]["code"])
+        if code in RETRYABLE:
+            await msg.nack(delay=1.0)
+            return
+        await send_to_dlq(
+            runtime.nc.jetstream(),
+            service=DURABLE,
+            token=token,
+            subject=raw.subject,
+            stream_seq=stream_seq,
+            data=msg.body,
+            code=code,
+            reason="the gateway refused the inheritance",
+        )
+        await msg.ack()
+
+    @app.on_startup
+    async def start_propagator() -> None:
+        runtime.nc = await connect(settings, "reminders-propagator")
+        js = runtime.nc.jetstream()
+        await provision(js, settings)
+        # An existing durable keeps its old config silently: apply ours at every start.
+        await js.add_consumer(settings.stream, consumer_config())
+        runtime.health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
+        await runtime.health.start()
+
+    @app.after_startup
+    async def mark_ready() -> None:
+        runtime.ready = True
+
+    @app.on_shutdown
+    async def not_ready() -> None:
+        runtime.ready = False
+
+    @app.after_shutdown
+    async def stop_propagator() -> None:
+        if runtime.health is not None:
+            await runtime.health.stop()
+        if runtime.nc is not None:
+            await runtime.nc.drain()
+
+    return app, runtime
