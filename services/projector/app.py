@@ -18,7 +18,7 @@ from services.http import HealthServer
 from services.jetstream import provision
 from services.projector.adapters import JetStreamDeadLetters, KvSessionStore, NatsDelivery
 from services.projector.apply import Projector, Verdict
-from services.projector.consumer import fetch_pinned, pinned_consumer_config, upsert_consumer
+from services.projector.consumer import next_batch, pinned_consumer_config, upsert_consumer
 from services.settings import Settings
 from services.telemetry import ProjectorMetrics, meter_provider
 
@@ -63,11 +63,19 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> None:
     log.info("projector started", extra={"http_port": health.port})
     pin_id: str | None = None
     try:
+        stopping = asyncio.ensure_future(stop.wait())
         while not stop.is_set():
+            fetch = asyncio.ensure_future(
+                next_batch(nc, settings.stream, DURABLE, GROUP, FETCH_BATCH, pin_id)
+            )
+            await asyncio.wait({fetch, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not fetch.done():
+                # Idle long poll at shutdown: anything it was owed is redelivered after ack_wait.
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+                break
             try:
-                messages, pin_id = await fetch_pinned(
-                    nc, settings.stream, DURABLE, GROUP, FETCH_BATCH, 1.0, pin_id
-                )
+                messages, pin_id = fetch.result()
             except Exception as exc:  # NATS away: back off and pull again
                 log.warning("fetch failed", extra={"error": type(exc).__name__})
                 await asyncio.sleep(0.5)
@@ -86,7 +94,8 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> None:
     finally:
         runtime.ready = False
         await health.stop()
-        await nc.drain()
+        await nc.flush()  # acks are fire-and-forget publishes: make sure they left
+        await nc.close()
 
 
 def serve_projector(settings: Settings) -> None:

@@ -169,8 +169,14 @@ class Projector:
     ) -> None:
         started = time.perf_counter()
         slot = await self._slot(token)
-        for attempt in range(self._cas_retries + 1):
+        record, verdicts, poison = self._decide(slot.record, deliveries)
+        if self._cache_looks_stale(slot, deliveries, verdicts):
+            # Someone else wrote the bucket (a forget's tombstone, another replica): re-read.
+            slot = await self._slot(token, fresh=True)
             record, verdicts, poison = self._decide(slot.record, deliveries)
+        for attempt in range(self._cas_retries + 1):
+            if attempt:
+                record, verdicts, poison = self._decide(slot.record, deliveries)
             changed = record is not slot.record
             if not changed:
                 break
@@ -202,6 +208,19 @@ class Projector:
             else:
                 await delivery.ack()
         self.last_apply_latency_s = time.perf_counter() - started
+
+    @staticmethod
+    def _cache_looks_stale(
+        slot: Slot, deliveries: list[Delivery], verdicts: list[Verdict]
+    ) -> bool:
+        """A "duplicate" stored after what we applied means our copy is not the bucket's."""
+        if not isinstance(slot.record, SessionState):
+            return False
+        applied_through = slot.record.stream_seq
+        return any(
+            verdict is Verdict.DUPLICATE and delivery.stream_seq > applied_through
+            for delivery, verdict in zip(deliveries, verdicts, strict=True)
+        )
 
     def _decide(
         self, record: SessionState | Tombstone | None, deliveries: list[Delivery]

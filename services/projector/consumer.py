@@ -28,7 +28,7 @@ def pinned_consumer_config(
     filter_subject: str,
     *,
     priority_timeout_s: float = 5.0,
-    ack_wait_s: float = 30.0,
+    ack_wait_s: float = 5.0,
     max_ack_pending: int = 10_000,
 ) -> dict[str, Any]:
     """A durable pull consumer whose replicas form one pinned-client priority group."""
@@ -77,11 +77,20 @@ async def fetch_pinned(
     batch: int,
     expires_s: float,
     pin_id: str | None,
+    *,
+    no_wait: bool = False,
 ) -> tuple[list[Msg], str | None]:
-    """One pull request; returns the messages and the (possibly new, or lost) pin id."""
+    """One pull request; returns the messages and the (possibly new, or lost) pin id.
+
+    With `no_wait` the server answers at once with what is there. Without it the request
+    stays open until `batch` messages came or it expires; the caller long-polls with a batch
+    of one, so an open request never outlives our subscription with messages still owed.
+    """
     request: dict[str, Any] = {"batch": batch, "expires": int(expires_s * NS), "group": group}
     if pin_id:
         request["id"] = pin_id
+    if no_wait:
+        request["no_wait"] = True
     inbox = nc.new_inbox()
     subscription = await nc.subscribe(inbox)
     messages: list[Msg] = []
@@ -114,3 +123,15 @@ async def fetch_pinned(
     finally:
         await subscription.unsubscribe()
     return messages, pin_id
+
+
+async def next_batch(
+    nc: Client, stream: str, durable: str, group: str, batch: int, pin_id: str | None
+) -> tuple[list[Msg], str | None]:
+    """What is there now (up to `batch`), or else the first message within a second."""
+    messages, pin_id = await fetch_pinned(
+        nc, stream, durable, group, batch, 5.0, pin_id, no_wait=True
+    )
+    if messages:
+        return messages, pin_id
+    return await fetch_pinned(nc, stream, durable, group, 1, 1.0, pin_id)

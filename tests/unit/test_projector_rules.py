@@ -1,0 +1,186 @@
+"""The projector's batch rules (SPEC §6.3–§6.4), with an in-memory bucket and DLQ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import orjson
+
+from contracts.events import Event
+from contracts.state import SessionState
+from core import canonical_json, fold_all
+from core.canonical import event_subject
+from services.projector.apply import Delivery, Projector, StaleRevision, Verdict
+from services.projector.records import Tombstone, decode_record, encode_state
+from tests.support import Driver
+
+
+@dataclass
+class FakeDelivery:
+    subject: str
+    data: bytes
+    stream_seq: int
+    num_delivered: int = 1
+    acked: bool = False
+    naked: float | None = None
+
+    async def ack(self) -> None:
+        self.acked = True
+
+    async def nak(self, delay_s: float) -> None:
+        self.naked = delay_s
+
+
+@dataclass
+class FakeStore:
+    values: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    writes: int = 0
+    interfere: bytes | None = None
+
+    async def read(self, token: str) -> tuple[bytes | None, int | None]:
+        if token in self.values:
+            return self.values[token]
+        return None, None
+
+    async def write(self, token: str, value: bytes, revision: int | None) -> int:
+        if self.interfere is not None:  # another replica writes first, once
+            current = self.values.get(token, (b"", 0))[1]
+            self.values[token] = (self.interfere, current + 1)
+            self.interfere = None
+        current_revision = self.values.get(token, (b"", None))[1]
+        if current_revision != revision:
+            raise StaleRevision(token)
+        self.writes += 1
+        new_revision = (revision or 0) + 1
+        self.values[token] = (value, new_revision)
+        return new_revision
+
+
+@dataclass
+class FakeDlq:
+    sent: list[tuple[int, str, str]] = field(default_factory=list)
+
+    async def send(self, delivery: Delivery, token: str, code: str, reason: str) -> None:
+        self.sent.append((delivery.stream_seq, token, code))
+
+
+def deliveries(events: list[Event], first_seq: int = 1) -> list[FakeDelivery]:
+    return [
+        FakeDelivery(
+            event_subject(event.kind, event.session_id),
+            orjson.dumps(event.to_wire()),
+            first_seq + index,
+        )
+        for index, event in enumerate(events)
+    ]
+
+
+def session_log(session_id: str = "s1") -> list[Event]:
+    driver = Driver(session_id)
+    driver.inject("a", ttl_turns=2, dedupe_key="k")
+    driver.inject("b", dedupe_key="k")
+    driver.ok("render", turn=0)
+    driver.ok("end_turn", turn=0)
+    return driver.log
+
+
+def stored_state(store: FakeStore, token: str) -> SessionState:
+    record = decode_record(store.values[token][0])
+    assert isinstance(record, SessionState)
+    return record
+
+
+async def test_a_batch_is_applied_and_written_once_per_session() -> None:
+    store, dlq = FakeStore(), FakeDlq()
+    log_a, log_b = session_log("a"), session_log("b")
+    batch = deliveries(log_a) + deliveries(log_b, first_seq=100)
+    report = await Projector(store, dlq).process(list(batch))
+    assert report.verdicts[Verdict.APPLIED] == len(batch)
+    assert store.writes == 2
+    assert all(item.acked for item in batch)
+    expected = fold_all(SessionState(), [(e, i + 1) for i, e in enumerate(log_a)])
+    assert canonical_json(stored_state(store, "a").model_dump(mode="json")) == canonical_json(
+        expected.model_dump(mode="json")
+    )
+    assert stored_state(store, "a").stream_seq == len(log_a)
+
+
+async def test_a_redelivered_event_is_acked_and_changes_nothing() -> None:
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    projector = Projector(store, dlq)
+    await projector.process(list(deliveries(log)))
+    before = dict(store.values)
+    again = deliveries(log[:2])
+    report = await projector.process(list(again))
+    assert report.verdicts[Verdict.DUPLICATE] == 2
+    assert all(item.acked for item in again)
+    assert store.values == before
+
+
+async def test_a_gap_is_nakked_with_a_delay_and_later_events_wait_too() -> None:
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    batch = deliveries(log)
+    gapped = [batch[0], batch[2], batch[3]]
+    report = await Projector(store, dlq, gap_delay_s=0.25).process(list(gapped))
+    assert report.verdicts[Verdict.APPLIED] == 1
+    assert report.verdicts[Verdict.GAP] == 2
+    assert [item.naked for item in gapped] == [None, 0.25, 0.25]
+    assert stored_state(store, "s1").session_seq == 1
+
+
+async def test_a_poison_message_goes_to_the_dlq_marks_the_session_and_never_stalls() -> None:
+    store, dlq = FakeStore(), FakeDlq()
+    good = session_log("good")
+    poison = FakeDelivery("transcript.reminder.injected.bad", b"{not json", 7)
+    unknown = FakeDelivery(
+        "transcript.reminder.injected.bad2", orjson.dumps({"schema": "reminder-ledger.event/v9"}), 8
+    )
+    batch = [poison, unknown, *deliveries(good, first_seq=9)]
+    report = await Projector(store, dlq).process(list(batch))
+    assert dlq.sent == [(7, "bad", "undecodable"), (8, "bad2", "unknown_schema")]
+    assert all(item.acked for item in batch)
+    assert report.verdicts[Verdict.APPLIED] == len(good)
+    degraded = stored_state(store, "bad").degraded
+    assert degraded is not None and degraded.stream_seq == 7
+
+
+async def test_an_event_whose_chain_does_not_follow_is_poison() -> None:
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    tampered = log[1].to_wire()
+    tampered["payload"]["replaced_ids"] = ["forged"]
+    batch = deliveries(log)
+    batch[1].data = orjson.dumps(tampered)
+    report = await Projector(store, dlq).process(list(batch))
+    assert report.verdicts[Verdict.APPLIED] == 1
+    assert report.verdicts[Verdict.POISON] == 1
+    assert report.verdicts[Verdict.SKIPPED] == len(log) - 2
+    state = stored_state(store, "s1")
+    assert state.session_seq == 1
+    assert state.degraded is not None and state.degraded.code == "broken_chain"
+
+
+async def test_a_concurrent_write_is_caught_by_compare_and_set_and_redone() -> None:
+    log = session_log()
+    first_half = fold_all(SessionState(), [(e, i + 1) for i, e in enumerate(log[:2])])
+    store, dlq = FakeStore(interfere=encode_state(first_half)), FakeDlq()
+    report = await Projector(store, dlq).process(list(deliveries(log)))
+    assert report.cas_retries == 1
+    assert stored_state(store, "s1").session_seq == len(log)
+
+
+async def test_a_tombstone_keeps_a_forgotten_session_from_coming_back() -> None:
+    log = session_log()
+    tombstone = Tombstone(
+        session_token="s1", purged_through=50, forgotten_at="2026-11-29T00:00:00.000Z"
+    )
+    store, dlq = FakeStore(values={"s1": (orjson.dumps(tombstone.model_dump()), 3)}), FakeDlq()
+    report = await Projector(store, dlq).process(list(deliveries(log)))
+    assert report.verdicts[Verdict.SKIPPED] == len(log)
+    assert isinstance(decode_record(store.values["s1"][0]), Tombstone)
+    # A new life of the same session id, after the purge, is projected afresh.
+    fresh = deliveries(session_log(), first_seq=51)
+    await Projector(store, dlq).process(list(fresh))
+    assert stored_state(store, "s1").session_seq == len(log)
