@@ -467,7 +467,7 @@ def _compact(batch: Batch, command: cmd.Compact, config: CoreConfig) -> Reply:
     )
 
 
-def _propagates(row: PendingRow) -> bool:
+def propagates(row: PendingRow) -> bool:
     """`all` always; `session` only when not itself inherited; `none` never (SPEC §4.9)."""
     if row.audit_only:
         return False
@@ -494,7 +494,7 @@ def _handoff(batch: Batch, command: cmd.Handoff, config: CoreConfig) -> Reply:
             }
         )
         for row in batch.scratch.pending
-        if _propagates(row)
+        if propagates(row)
     ]
     ids = [spec.id or "" for spec in specs]
     batch.emit(

@@ -138,6 +138,15 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+def _register_audit_commands() -> None:
+    from replay.cli import register
+
+    register(app)
+
+
+_register_audit_commands()
+
+
 def main() -> None:
     """Console-script entrypoint."""
     try:

@@ -210,9 +210,7 @@ class Projector:
         self.last_apply_latency_s = time.perf_counter() - started
 
     @staticmethod
-    def _cache_looks_stale(
-        slot: Slot, deliveries: list[Delivery], verdicts: list[Verdict]
-    ) -> bool:
+    def _cache_looks_stale(slot: Slot, deliveries: list[Delivery], verdicts: list[Verdict]) -> bool:
         """A "duplicate" stored after what we applied means our copy is not the bucket's."""
         if not isinstance(slot.record, SessionState):
             return False
@@ -286,3 +284,41 @@ def _degrade(
     return state.model_copy(
         update={"degraded": DegradedMark(stream_seq=delivery.stream_seq, code=code)}
     )
+
+
+@dataclass
+class RowDelivery:
+    """A stored event replayed through the projector's rules (rebuild, verification)."""
+
+    subject: str
+    data: bytes
+    stream_seq: int
+    num_delivered: int = 1
+
+    async def ack(self) -> None:
+        """Nothing to acknowledge: the row was read, not delivered."""
+
+    async def nak(self, delay_s: float) -> None:
+        """Nothing to redeliver."""
+
+
+def project(
+    start: SessionState | Tombstone | None, deliveries: list[Delivery]
+) -> SessionState | Tombstone | None:
+    """What the projector's rules make of these stored events, from `start`."""
+    projector = Projector(_NoStore(), _NoDeadLetters(), max_gap_redeliveries=1)
+    record, _, _ = projector._decide(start, deliveries)
+    return record
+
+
+class _NoStore:
+    async def read(self, token: str) -> tuple[bytes | None, int | None]:
+        return None, None
+
+    async def write(self, token: str, value: bytes, revision: int | None) -> int:
+        raise NotImplementedError
+
+
+class _NoDeadLetters:
+    async def send(self, delivery: Delivery, token: str, code: str, reason: str) -> None:
+        raise NotImplementedError

@@ -1,0 +1,286 @@
+"""The audit commands: `reminders replay`, `export`, `rebuild`, `verify-projection`.
+
+Errors are one readable line on stderr and a non-zero exit; long reads show a progress bar
+on stderr, so stdout carries only the output asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from core import canonical_json
+from core.canonical import session_token
+from replay.engine import Cut, replay
+from replay.errors import ReplayError
+from replay.report import html_report, text_report
+from replay.source import (
+    EVENT_FILTER,
+    Row,
+    connect_for_replay,
+    iterate_stream,
+    rows_from_file,
+    rows_from_nats,
+)
+from replay.verify import verify
+
+T = TypeVar("T")
+stderr = Console(stderr=True)
+
+NATS_HELP = "NATS server to read from (or REMINDERS_NATS_URL)."
+STREAM_HELP = "Event stream name."
+
+
+class Format(StrEnum):
+    """Output formats of `replay`."""
+
+    json = "json"
+    text = "text"
+    html = "html"
+
+
+def fail(message: str, code: int = 1) -> None:
+    """One line on stderr, then exit."""
+    stderr.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def run(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine, turning `ReplayError` into one readable line."""
+    try:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    except ReplayError as exc:
+        fail(str(exc))
+        raise AssertionError("unreachable") from None
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr; yields an `update(done, total)` callback."""
+    with Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=not stderr.is_terminal,
+    ) as progress:
+        task = progress.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=max(total, done))
+
+        yield update
+
+
+def write_output(text: str, output: Path | None) -> None:
+    """To a file (exact bytes) or stdout."""
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        output.write_bytes(text.encode("utf-8"))
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror}")
+
+
+def replay_command(
+    session_id: str = typer.Argument(..., help="The session to reconstruct."),
+    nats_url: str | None = typer.Option(
+        None, "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP
+    ),
+    from_file: Path | None = typer.Option(None, "--from", help="Read an exported JSON Lines file."),
+    stream: str = typer.Option(
+        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+    ),
+    until_seq: int | None = typer.Option(
+        None, "--until-seq", min=0, help="Stop after this session_seq."
+    ),
+    at_turn: int | None = typer.Option(
+        None, "--at-turn", min=0, help="State right after the last event with turn <= T."
+    ),
+    until_time: str | None = typer.Option(
+        None, "--until-time", help="Stop after the last event at or before this ISO time."
+    ),
+    output_format: Format = typer.Option(
+        Format.json,
+        "--format",
+        help="json (canonical state), text (per-turn trail) or html (audit timeline).",
+    ),
+    check: bool = typer.Option(
+        False,
+        "--verify",
+        help="Re-derive every decision and check the hash chain; "
+        "exit 1 naming the first divergence.",
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write here instead of stdout."
+    ),
+) -> None:
+    """Reconstruct one session's state from its log, byte for byte, and explain it."""
+    if (from_file is None) == (nats_url is None):
+        fail("give exactly one source: --nats URL or --from FILE")
+    if from_file is not None:
+        if not from_file.exists():
+            fail(f"no such file: {from_file}")
+        try:
+            rows = rows_from_file(from_file, session_id)
+        except ReplayError as exc:
+            fail(str(exc))
+        where = str(from_file)
+    else:
+        assert nats_url is not None
+
+        async def read() -> list[Row]:
+            nc = await connect_for_replay(nats_url)
+            try:
+                return await rows_from_nats(nc, stream, session_id)
+            finally:
+                await nc.close()
+
+        rows = run(read)
+        where = f"stream {stream}"
+    if not rows:
+        fail(f"unknown session {session_id!r}: no events in {where}")
+    try:
+        result = replay(rows, Cut(until_seq, at_turn, until_time))
+        divergence = verify(rows) if check else None
+    except ReplayError as exc:
+        fail(str(exc))
+        return
+    if output_format is Format.json:
+        text = result.canonical
+    elif output_format is Format.text:
+        text = text_report(session_id, result)
+    else:
+        text = html_report(session_id, result)
+    write_output(text, output)
+    if check:
+        if divergence is not None:
+            fail(f"verify failed at {divergence}")
+        stderr.print(
+            f"verify: ok — {len(rows)} events, chain and session_seq intact, every decision "
+            "re-derived",
+            highlight=False,
+        )
+
+
+def export_command(
+    session_id: str | None = typer.Argument(None, help="The session to export (or --all)."),
+    all_sessions: bool = typer.Option(False, "--all", help="Export every event of the stream."),
+    nats_url: str | None = typer.Option(
+        None, "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP
+    ),
+    stream: str = typer.Option(
+        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write here instead of stdout."
+    ),
+) -> None:
+    """Write events as JSON Lines (the envelope plus stream_seq and subject) for offline audit."""
+    if (session_id is None) == (not all_sessions):
+        fail("name one SESSION_ID or pass --all")
+    if nats_url is None:
+        fail("--nats URL is required (or set REMINDERS_NATS_URL)")
+    assert nats_url is not None
+
+    async def read() -> list[Row]:
+        nc = await connect_for_replay(nats_url)
+        try:
+            if session_id is not None:
+                return await rows_from_nats(nc, stream, session_id)
+            with progress_bar("exporting") as update:
+                return [
+                    row async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=update)
+                ]
+        finally:
+            await nc.close()
+
+    rows = run(read)
+    if session_id is not None and not rows:
+        fail(f"unknown session {session_id!r}: no events in stream {stream}")
+    write_output("".join(canonical_json(row.export()) + "\n" for row in rows), output)
+    stderr.print(f"exported {len(rows)} event(s)", highlight=False)
+
+
+def rebuild_command(
+    nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
+    stream: str = typer.Option(
+        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+    ),
+    bucket: str = typer.Option(
+        "REMINDER_SESSIONS", "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
+    ),
+) -> None:
+    """Rebuild the whole projection from the log (safe while the services run)."""
+    from services.rebuild import rebuild
+
+    async def go() -> None:
+        nc = await connect_for_replay(nats_url)
+        try:
+            with progress_bar("rebuilding") as update:
+                report = await rebuild(nc, stream, bucket, update)
+        finally:
+            await nc.close()
+        stderr.print(
+            f"rebuilt {report.written} session(s); {report.left_to_live_projector} already "
+            f"ahead; {report.tombstoned} forgotten; "
+            f"degraded: {', '.join(report.degraded) or 'none'}",
+            highlight=False,
+        )
+
+    run(go)
+
+
+def verify_projection_command(
+    session_id: str | None = typer.Argument(None, help="One session (default: --all)."),
+    all_sessions: bool = typer.Option(False, "--all", help="Every session (the default)."),
+    nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
+    stream: str = typer.Option(
+        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+    ),
+    bucket: str = typer.Option(
+        "REMINDER_SESSIONS", "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
+    ),
+) -> None:
+    """Compare every projected state with a replay of the log; exit 1 on any mismatch."""
+    from services.rebuild import verify_projection
+
+    if session_id is not None and all_sessions:
+        fail("name one SESSION_ID or pass --all, not both")
+    token = session_token(session_id) if session_id is not None else None
+
+    async def go() -> tuple[int, list[tuple[str, str]]]:
+        nc = await connect_for_replay(nats_url)
+        try:
+            with progress_bar("verifying") as update:
+                checked, mismatches = await verify_projection(nc, stream, bucket, token, update)
+        finally:
+            await nc.close()
+        return checked, [(m.token, m.reason) for m in mismatches]
+
+    checked, mismatches = run(go)
+    for token_name, reason in mismatches:
+        stderr.print(f"MISMATCH {token_name}: {reason}", highlight=False)
+    if mismatches:
+        fail(f"{len(mismatches)} of {checked} session(s) differ from a replay")
+    stderr.print(f"ok: {checked} session(s) equal to a replay of the log", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the audit commands to the `reminders` app."""
+    app.command("replay")(replay_command)
+    app.command("export")(export_command)
+    app.command("rebuild")(rebuild_command)
+    app.command("verify-projection")(verify_projection_command)

@@ -1,0 +1,189 @@
+"""Human-readable audits of a replay: a per-turn text trail and a self-contained HTML page.
+
+Both are pure functions of the replayed events, so the same log gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import groupby
+
+from contracts import events as ev
+from replay.engine import ReplayResult
+
+
+def _short(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def describe(event: ev.Event) -> str:
+    """One line saying what an event records and why."""
+    p = event.payload
+    if isinstance(p, ev.Queued):
+        return (
+            f"{p.reminder.id} queued at position {p.position} for {p.mode}: "
+            f"{_short(p.reminder.body)!r}"
+        )
+    if isinstance(p, ev.Injected):
+        flags = [p.authority, f"ttl {p.ttl_turns}" if p.ttl_turns else "no ttl", p.source]
+        if p.dedupe_key:
+            flags.append(f"key {p.dedupe_key}")
+        if p.audit_only:
+            flags.append("audit only")
+        return f"{p.reminder_id} injected ({', '.join(flags)}): {_short(p.reminder.body)!r}"
+    if isinstance(p, ev.Deduped):
+        return f"{p.reminder_id} replaced {', '.join(p.replaced_ids)} (same key {p.dedupe_key})"
+    if isinstance(p, ev.Revoked):
+        return f"{p.reminder_id} revoked before it drained"
+    if isinstance(p, ev.Fired):
+        ttl = f", ttl {p.ttl_turns}" if p.ttl_turns is not None else ""
+        return f"{p.reminder_id} fired at turn {p.turn_number} ({p.authority}{ttl})"
+    if isinstance(p, ev.Delivered):
+        return (
+            f"envelope delivered at turn {p.turn_number}: {len(p.directive_ids)} directive(s), "
+            f"{p.format}, speaker {p.speaker}, sha256 {p.text_sha256[:12]}"
+        )
+    if isinstance(p, ev.PostTurn):
+        return (
+            f"turn {p.turn_number} ended: {p.expired_count} expired, "
+            f"{p.decremented_count} decremented, {p.remaining_count} live"
+        )
+    if isinstance(p, ev.Expired):
+        return (
+            f"{p.reminder_id} expired: {p.reason} at {p.expired_at_boundary} of turn "
+            f"{p.expired_at_turn} (ttl before {p.ttl_turns_before})"
+        )
+    if isinstance(p, ev.Dropped):
+        return f"{p.reminder_id} dropped: {p.reason} ({p.code})"
+    if isinstance(p, ev.Compacted):
+        return (
+            f"compacted at turn {p.turn_number}: kept {', '.join(p.preserved_ids) or 'nothing'}, "
+            f"{p.directives_cleared} delivered directive(s) cleared"
+        )
+    if isinstance(p, ev.HandedOff):
+        return (
+            f"handed off to {p.child_session_id} ({p.sub_agent_id}): "
+            f"{', '.join(p.propagated_ids) or 'nothing'}"
+        )
+    if isinstance(p, ev.Inherited):
+        return f"{p.reminder_id} inherited from {p.parent_session_id} ({p.propagate})"
+    assert isinstance(p, ev.ProviderEvaluated)
+    return f"provider {p.provider_id} on {p.event}: {'fired' if p.fired else 'quiet'} ({p.reason})"
+
+
+def _by_turn(events: Iterable[ev.Event]) -> list[tuple[int, list[ev.Event]]]:
+    return [(turn, list(group)) for turn, group in groupby(events, key=lambda e: e.turn)]
+
+
+def text_report(session_id: str, result: ReplayResult) -> str:
+    """The per-turn trail."""
+    lines = [
+        f"session {session_id}: {len(result.events)} event(s), session_seq "
+        f"{result.state.session_seq}, state sha256 {result.digest}",
+    ]
+    for turn, group in _by_turn(result.events):
+        lines.append("")
+        lines.append(f"turn {turn}")
+        for event in group:
+            lines.append(f"  #{event.session_seq:<4} {event.kind:<12} {describe(event)}")
+            if isinstance(event.payload, ev.Delivered):
+                lines.extend("      | " + line for line in event.payload.text.split("\n"))
+    lines.append("")
+    live = ", ".join(row.spec.id or "" for row in result.state.pending) or "none"
+    queued = ", ".join(row.reminder.id or "" for row in result.state.queued) or "none"
+    lines.append(f"live at the end: {live}; queued: {queued}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Life:
+    """One reminder from injection to expiry."""
+
+    reminder_id: str
+    body: str = ""
+    steps: list[str] = field(default_factory=list)
+
+
+def lives(events: Iterable[ev.Event]) -> list[Life]:
+    """Each reminder's life, in order of first appearance."""
+    found: dict[str, Life] = {}
+
+    def life(reminder_id: str) -> Life:
+        return found.setdefault(reminder_id, Life(reminder_id))
+
+    for event in events:
+        p = event.payload
+        where = f"#{event.session_seq} turn {event.turn}"
+        if isinstance(p, ev.Queued):
+            life(p.reminder.id or "").body = p.reminder.body
+            life(p.reminder.id or "").steps.append(f"{where}: queued ({p.mode})")
+        elif isinstance(p, ev.Injected):
+            life(p.reminder_id).body = p.reminder.body
+            life(p.reminder_id).steps.append(f"{where}: injected")
+        elif isinstance(p, ev.Fired):
+            life(p.reminder_id).steps.append(f"{where}: delivered at turn {p.turn_number}")
+        elif isinstance(p, ev.Expired):
+            life(p.reminder_id).steps.append(f"{where}: expired ({p.reason})")
+        elif isinstance(p, ev.Deduped):
+            for replaced in p.replaced_ids:
+                life(replaced).steps.append(f"{where}: replaced by {p.reminder_id}")
+        elif isinstance(p, (ev.Revoked, ev.Dropped)):
+            life(p.reminder_id).steps.append(f"{where}: {event.kind}")
+        elif isinstance(p, ev.Compacted):
+            for kept in p.preserved_ids:
+                life(kept).steps.append(f"{where}: kept through compaction")
+    return list(found.values())
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:70rem}
+h1{font-size:1.4rem} h2{font-size:1.1rem;border-bottom:1px solid #ccc}
+.turn{margin:1rem 0 2rem} .event{font-family:monospace;font-size:.85rem;margin:.1rem 0}
+.kind{display:inline-block;min-width:7rem;font-weight:bold}
+pre.envelope{background:#f5f5f0;border-left:4px solid #8a6;padding:.6rem;white-space:pre-wrap}
+table{border-collapse:collapse} td,th{border:1px solid #ddd;padding:.3rem;text-align:left;
+vertical-align:top;font-size:.85rem}
+"""
+
+
+def html_report(session_id: str, result: ReplayResult) -> str:
+    """One self-contained page: no scripts, no fetches, everything escaped."""
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>Reminder audit: {e(session_id)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>Reminder audit of session <code>{e(session_id)}</code></h1>",
+        f'<p id="summary">{len(result.events)} events · session_seq '
+        f"{result.state.session_seq} · state sha256 <code>{result.digest}</code></p>",
+        '<section id="timeline">',
+    ]
+    for turn, group in _by_turn(result.events):
+        parts.append(f'<div class="turn" data-turn="{turn}"><h2>Turn {turn}</h2>')
+        for event in group:
+            parts.append(
+                f'<div class="event" data-kind="{event.kind}">#{event.session_seq} '
+                f'<span class="kind">{e(event.kind)}</span> {e(describe(event))}</div>'
+            )
+            if isinstance(event.payload, ev.Delivered):
+                ids = " ".join(event.payload.directive_ids)
+                parts.append(
+                    f'<pre class="envelope" data-turn="{event.payload.turn_number}" '
+                    f'data-directives="{e(ids)}">{e(event.payload.text)}</pre>'
+                )
+        parts.append("</div>")
+    parts.append('</section><section id="lives"><h2>Each reminder, from injection to expiry</h2>')
+    parts.append("<table><tr><th>reminder</th><th>body</th><th>life</th></tr>")
+    for life in lives(result.events):
+        steps = "<br>".join(e(step) for step in life.steps)
+        parts.append(
+            f'<tr class="life" data-reminder="{e(life.reminder_id)}"><td><code>'
+            f"{e(life.reminder_id)}</code></td><td>{e(_short(life.body, 120))}</td>"
+            f"<td>{steps}</td></tr>"
+        )
+    parts.append("</table></section></body></html>")
+    return "\n".join(parts) + "\n"

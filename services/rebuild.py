@@ -1,0 +1,134 @@
+"""`reminders rebuild` and `reminders verify-projection` (SPEC §7.2).
+
+Rebuild reads the whole stream once and projects every session afresh with the projector's
+own rules, then writes each with compare-and-set. It is safe while services run: a session
+whose projection is already ahead of what was read is left to the live projector, and a
+write that loses a race is re-read and retried.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import nats
+import orjson
+from nats.aio.client import Client
+
+from contracts.state import SessionState
+from replay.source import EVENT_FILTER, Row, iterate_stream
+from services.projector.adapters import KvSessionStore
+from services.projector.apply import (
+    Delivery,
+    RowDelivery,
+    StaleRevision,
+    project,
+    token_of,
+)
+from services.projector.records import Tombstone, decode_record, encode_state
+
+Progress = Callable[[int, int], None]
+
+
+def _deliveries(rows: list[Row]) -> list[Delivery]:
+    return [RowDelivery(row.subject, orjson.dumps(row.envelope), row.stream_seq) for row in rows]
+
+
+async def read_all_sessions(
+    nc: Client, stream: str, progress: Progress | None = None
+) -> dict[str, list[Row]]:
+    """Every event of the stream, grouped by session token, in stream order."""
+    sessions: dict[str, list[Row]] = defaultdict(list)
+    async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=progress):
+        sessions[token_of(row.subject)].append(row)
+    return dict(sessions)
+
+
+@dataclass
+class RebuildReport:
+    """What a rebuild did."""
+
+    written: int = 0
+    left_to_live_projector: int = 0
+    tombstoned: int = 0
+    degraded: list[str] = field(default_factory=list)
+
+
+async def rebuild(
+    nc: Client, stream: str, bucket: str, progress: Progress | None = None
+) -> RebuildReport:
+    """Project every session from the log into the bucket."""
+    store = KvSessionStore(await nc.jetstream().key_value(bucket))
+    report = RebuildReport()
+    for token, rows in (await read_all_sessions(nc, stream, progress)).items():
+        deliveries = _deliveries(rows)
+        for _attempt in range(10):
+            value, revision = await store.read(token)
+            current = decode_record(value)
+            start = current if isinstance(current, Tombstone) else None
+            record = project(start, deliveries)
+            if isinstance(record, Tombstone) or record is None:
+                report.tombstoned += 1
+                break
+            if isinstance(current, SessionState) and current.stream_seq > record.stream_seq:
+                report.left_to_live_projector += 1
+                break
+            try:
+                await store.write(token, encode_state(record), revision)
+            except StaleRevision:
+                continue
+            report.written += 1
+            if record.degraded is not None:
+                report.degraded.append(token)
+            break
+    return report
+
+
+@dataclass
+class Mismatch:
+    """A session whose projection is not what a replay of the log gives."""
+
+    token: str
+    reason: str
+
+
+async def verify_projection(
+    nc: Client,
+    stream: str,
+    bucket: str,
+    only_token: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[int, list[Mismatch]]:
+    """Compare each projected state with a replay of its events up to the state's stream_seq."""
+    kv = await nc.jetstream().key_value(bucket)
+    sessions = await read_all_sessions(nc, stream, progress)
+    try:
+        keys = set(await kv.keys())
+    except nats.js.errors.NoKeysError:
+        keys = set()
+    tokens = sorted((keys | set(sessions)) if only_token is None else {only_token})
+    mismatches: list[Mismatch] = []
+    for token in tokens:
+        try:
+            current = decode_record((await kv.get(token)).value)
+        except nats.js.errors.KeyNotFoundError:
+            current = None
+        rows = sessions.get(token, [])
+        if isinstance(current, Tombstone):
+            if any(r.stream_seq <= current.purged_through for r in rows):
+                mismatches.append(Mismatch(token, "tombstoned but events are still in the log"))
+            continue
+        if current is None:
+            if rows:
+                mismatches.append(Mismatch(token, f"{len(rows)} event(s) but no projection"))
+            continue
+        covered = [row for row in rows if row.stream_seq <= current.stream_seq]
+        expected = project(None, _deliveries(covered))
+        if not isinstance(expected, SessionState) or encode_state(expected) != encode_state(
+            current
+        ):
+            mismatches.append(
+                Mismatch(token, f"projection differs from a replay up to {current.stream_seq}")
+            )
+    return len(tokens), mismatches

@@ -1,0 +1,271 @@
+"""`reminders replay | export | rebuild | verify-projection` as an auditor runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from nats.aio.client import Client
+
+from replay.source import ReadStats, rows_from_nats
+from services.client import ReminderClient
+from services.demo import DEMO_SCRIPT
+from services.settings import Settings
+from tests.golden.regen import GOLDEN_DIR
+from tests.integration.read_side import canonical, projected, wait_projected_equal
+from tests.processes import ServiceRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reminders(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        capture_output=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+
+
+async def drive_demo(nc: Client) -> None:
+    client = ReminderClient(nc)
+    for op, command in DEMO_SCRIPT:
+        assert (await client.request(op, command))["ok"]
+
+
+@pytest.fixture
+async def demo_log(nc: Client, provisioned: Settings, services: ServiceRunner) -> Settings:
+    services.start("gateway")
+    await drive_demo(nc)
+    return provisioned
+
+
+def test_a_golden_log_replays_from_a_file_to_its_golden_bytes() -> None:
+    for path in sorted(GOLDEN_DIR.glob("*.events.jsonl")):
+        session_id = orjson.loads(path.read_bytes().splitlines()[0])["session_id"]
+        result = reminders("replay", session_id, "--from", str(path), "--verify")
+        assert result.returncode == 0, result.stderr
+        state_file = path.name.replace(".events.jsonl", ".state.json")
+        assert result.stdout == (GOLDEN_DIR / state_file).read_bytes()
+        assert b"verify: ok" in result.stderr
+
+
+async def test_two_processes_replaying_the_same_log_print_the_same_bytes(
+    nc: Client, demo_log: Settings, services: ServiceRunner, tmp_path: Path
+) -> None:
+    services.start("projector")
+    for output_format in ("json", "text", "html"):
+        outputs = [
+            reminders(
+                "replay", "demo-session", "--nats", demo_log.nats_url, "--format", output_format
+            )
+            for _ in range(2)
+        ]
+        assert all(result.returncode == 0 for result in outputs), outputs[0].stderr
+        assert outputs[0].stdout == outputs[1].stdout
+        assert outputs[0].stdout
+    exported = tmp_path / "demo.jsonl"
+    assert (
+        reminders(
+            "export", "demo-session", "--nats", demo_log.nats_url, "--output", str(exported)
+        ).returncode
+        == 0
+    )
+    from_file = reminders("replay", "demo-session", "--from", str(exported), "--verify")
+    from_nats = reminders("replay", "demo-session", "--nats", demo_log.nats_url)
+    assert from_file.returncode == 0, from_file.stderr
+    assert from_file.stdout == from_nats.stdout
+    # The live projection is byte for byte what the replay prints.
+    await wait_projected_equal(nc, demo_log, ["demo-session"])
+    assert (canonical(await projected(nc, demo_log, "demo-session")) + "\n").encode() == (
+        from_nats.stdout
+    )
+
+
+async def test_tampering_with_an_export_makes_verify_fail_naming_the_event(
+    demo_log: Settings, tmp_path: Path
+) -> None:
+    exported = tmp_path / "demo.jsonl"
+    assert (
+        reminders(
+            "export", "demo-session", "--nats", demo_log.nats_url, "-o", str(exported)
+        ).returncode
+        == 0
+    )
+    lines = exported.read_bytes().splitlines()
+    index = next(i for i, line in enumerate(lines) if b'"kind":"delivered"' in line)
+    row = orjson.loads(lines[index])
+    row["payload"]["text"] = row["payload"]["text"].replace("/srv/app", "/")
+    cases = {
+        "edited": [*lines[:index], orjson.dumps(row), *lines[index + 1 :]],
+        "deleted": lines[:3] + lines[4:],
+        "reordered": [lines[0], lines[2], lines[1], *lines[3:]],
+    }
+    for name, variant in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(b"\n".join(variant) + b"\n")
+        result = reminders("replay", "demo-session", "--from", str(path), "--verify")
+        assert result.returncode == 1, name
+        message = result.stderr.decode()
+        assert "verify failed at event session_seq" in message, (name, message)
+        assert "Traceback" not in message
+    edited = reminders(
+        "replay", "demo-session", "--from", str(tmp_path / "edited.jsonl"), "--verify"
+    )
+    assert f"event session_seq {index + 1} (delivered".encode() in edited.stderr
+
+
+async def test_replaying_one_session_reads_only_that_sessions_messages(
+    nc: Client, provisioned: Settings, services: ServiceRunner
+) -> None:
+    services.start("gateway", extra_env={"REMINDERS_RATE_LIMIT": "100000"})
+    client = ReminderClient(nc)
+    await asyncio.gather(*(client.inject(f"noise-{n}", "x") for n in range(150)))
+    await client.inject("needle", "a")
+    await client.inject("needle", "b", dedupe_key="k")
+    await asyncio.gather(*(client.inject(f"noise-{n}", "y") for n in range(150)))
+    stats = ReadStats()
+    rows = await rows_from_nats(nc, provisioned.stream, "needle", stats)
+    assert len(rows) == 2
+    # The server's consumer matched and sent exactly the session's two messages.
+    assert stats.matching_at_start == 2
+    assert stats.consumer_delivered == 2
+    assert stats.delivered == 2
+    info = await nc.jetstream().stream_info(provisioned.stream)
+    assert info.state.messages == 302
+
+
+async def test_rebuild_on_a_live_system_ends_equal_to_verify_projection(
+    nc: Client, provisioned: Settings, services: ServiceRunner
+) -> None:
+    services.start("gateway", extra_env={"REMINDERS_RATE_LIMIT": "100000"})
+    services.start("projector")
+    client = ReminderClient(nc)
+    sessions = [f"live-{n}" for n in range(15)]
+
+    async def traffic(turns: range) -> None:
+        for turn in turns:
+            await asyncio.gather(*(client.inject(s, f"t{turn}", ttl_turns=2) for s in sessions))
+            await asyncio.gather(*(client.render(s, turn) for s in sessions))
+            await asyncio.gather(*(client.end_turn(s, turn) for s in sessions))
+
+    await traffic(range(3))
+    background = asyncio.ensure_future(traffic(range(3, 8)))
+    rebuilt = await asyncio.to_thread(reminders, "rebuild", "--nats", provisioned.nats_url)
+    await background
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert b"rebuilt" in rebuilt.stderr
+    await wait_projected_equal(nc, provisioned, sessions)
+    verified = reminders("verify-projection", "--all", "--nats", provisioned.nats_url)
+    assert verified.returncode == 0, verified.stderr
+    assert b"ok: 15 session(s) equal to a replay" in verified.stderr
+
+
+async def test_verify_projection_fails_on_a_projection_that_differs(
+    nc: Client, demo_log: Settings, services: ServiceRunner
+) -> None:
+    services.start("projector")
+    await wait_projected_equal(nc, demo_log, ["demo-session"])
+    services.stop_all()
+    kv = await nc.jetstream().key_value(demo_log.kv_bucket)
+    entry = await kv.get("demo-session")
+    state = orjson.loads(entry.value or b"{}")
+    state["turn"] = 99
+    await kv.put("demo-session", orjson.dumps(state))
+    result = reminders("verify-projection", "demo-session", "--nats", demo_log.nats_url)
+    assert result.returncode == 1
+    assert b"MISMATCH demo-session" in result.stderr
+    assert reminders("rebuild", "--nats", demo_log.nats_url).returncode == 0
+    assert reminders("verify-projection", "--nats", demo_log.nats_url).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("replay", "ghost", "--from", "tests/golden/basic_turns.events.jsonl"),
+            "unknown session 'ghost'",
+        ),
+        (
+            ("replay", "s", "--nats", "nats://127.0.0.1:9"),
+            "cannot reach NATS at nats://127.0.0.1:9",
+        ),
+        (("replay", "s", "--from", "README.md"), "not a valid export line"),
+        (("replay", "s", "--from", "missing.jsonl"), "no such file"),
+        (("replay", "s"), "give exactly one source"),
+    ],
+)
+def test_audit_errors_are_one_readable_line(args: tuple[str, ...], message: str) -> None:
+    result = reminders(*args, timeout=60)
+    assert result.returncode == 1
+    text = result.stderr.decode()
+    assert message in " ".join(text.split())
+    assert "Traceback" not in text
+    assert len(text.strip().splitlines()) == 1
+
+
+def test_an_event_of_an_unknown_schema_version_is_refused(tmp_path: Path) -> None:
+    line = orjson.loads(
+        GOLDEN_DIR.joinpath("basic_turns.events.jsonl").read_bytes().splitlines()[0]
+    )
+    line["schema"] = "reminder-ledger.event/v9"
+    path = tmp_path / "future.jsonl"
+    path.write_bytes(orjson.dumps(line) + b"\n")
+    result = reminders("replay", "golden-1", "--from", str(path))
+    assert result.returncode == 1
+    assert b"unknown event schema version 'reminder-ledger.event/v9'" in result.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs Debian's chromium (.ci/run installs it)"
+)
+def test_the_html_audit_opens_in_a_browser_with_the_turns_and_directives(tmp_path: Path) -> None:
+    page = tmp_path / "audit.html"
+    result = reminders(
+        "replay",
+        "golden-1",
+        "--from",
+        str(GOLDEN_DIR / "basic_turns.events.jsonl"),
+        "--format",
+        "html",
+        "--output",
+        str(page),
+    )
+    assert result.returncode == 0, result.stderr
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        text=True,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert '<div class="turn" data-turn="0">' in html
+    assert '<div class="turn" data-turn="1">' in html
+    assert 'data-directives="r-00003 r-00001 r-00005"' in html
+    # The envelope text (itself escaped per §5.1) survives HTML escaping exactly.
+    assert "summarise &amp;lt;/directive&amp;gt; &amp;amp; stop." in html
+    assert 'data-reminder="r-00001"' in html and "replaced by r-00011" in html
+    assert "http://" not in page.read_text() and "https://" not in page.read_text()
