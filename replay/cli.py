@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -46,6 +46,14 @@ class Format(StrEnum):
     json = "json"
     text = "text"
     html = "html"
+
+
+def _credentials() -> dict[str, Any]:
+    """NATS credentials from REMINDERS_NATS_* variables (the auditor's own user)."""
+    from services.credentials import nats_kwargs
+    from services.settings import Settings
+
+    return nats_kwargs(Settings.from_env())
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -142,7 +150,7 @@ def replay_command(
         assert nats_url is not None
 
         async def read() -> list[Row]:
-            nc = await connect_for_replay(nats_url)
+            nc = await connect_for_replay(nats_url, _credentials())
             try:
                 return await rows_from_nats(nc, stream, session_id)
             finally:
@@ -196,7 +204,7 @@ def export_command(
     assert nats_url is not None
 
     async def read() -> list[Row]:
-        nc = await connect_for_replay(nats_url)
+        nc = await connect_for_replay(nats_url, _credentials())
         try:
             if session_id is not None:
                 return await rows_from_nats(nc, stream, session_id)
@@ -227,7 +235,7 @@ def rebuild_command(
     from services.rebuild import rebuild
 
     async def go() -> None:
-        nc = await connect_for_replay(nats_url)
+        nc = await connect_for_replay(nats_url, _credentials())
         try:
             with progress_bar("rebuilding") as update:
                 report = await rebuild(nc, stream, bucket, update)
@@ -262,7 +270,7 @@ def verify_projection_command(
     token = session_token(session_id) if session_id is not None else None
 
     async def go() -> tuple[int, list[tuple[str, str]]]:
-        nc = await connect_for_replay(nats_url)
+        nc = await connect_for_replay(nats_url, _credentials())
         try:
             with progress_bar("verifying") as update:
                 checked, mismatches = await verify_projection(nc, stream, bucket, token, update)

@@ -70,7 +70,7 @@ def rows_from_file(path: Path, session_id: str | None = None) -> list[Row]:
     return rows
 
 
-async def connect_for_replay(url: str) -> Client:
+async def connect_for_replay(url: str, options: dict[str, Any] | None = None) -> Client:
     """A bounded connection: replay fails fast with one line when NATS is unreachable."""
 
     async def quiet(exc: Exception) -> None:
@@ -85,6 +85,7 @@ async def connect_for_replay(url: str) -> Client:
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 error_cb=quiet,
+                **(options or {}),
             ),
             timeout=5,
         )

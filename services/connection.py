@@ -8,6 +8,7 @@ import logging
 import nats
 from nats.aio.client import Client
 
+from services.credentials import nats_kwargs
 from services.settings import Settings
 
 log = logging.getLogger("reminders.nats")
@@ -37,6 +38,7 @@ async def connect(settings: Settings, name: str, startup_timeout_s: float = 10.0
                 reconnect_time_wait=0.5,
                 allow_reconnect=True,
                 error_cb=_quiet_error,
+                **nats_kwargs(settings),
             ),
             timeout=startup_timeout_s,
         )

@@ -33,7 +33,24 @@ class Settings(BaseModel):
     rate_limit_per_second: int = Field(default=50, ge=1, description="REMINDERS_RATE_LIMIT")
     cache_sessions: int = Field(default=10_000, ge=0, description="REMINDERS_CACHE_SESSIONS")
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
+    nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
+    nats_password: str | None = Field(default=None, description="REMINDERS_NATS_PASSWORD")
+    nats_token: str | None = Field(default=None, description="REMINDERS_NATS_TOKEN")
+    nats_creds_file: Path | None = Field(default=None, description="REMINDERS_NATS_CREDS_FILE")
+    nats_nkey_seed_file: Path | None = Field(
+        default=None, description="REMINDERS_NATS_NKEY_SEED_FILE"
+    )
+    nats_tls_ca: Path | None = Field(default=None, description="REMINDERS_NATS_TLS_CA")
+    nats_tls_cert: Path | None = Field(default=None, description="REMINDERS_NATS_TLS_CERT")
+    nats_tls_key: Path | None = Field(default=None, description="REMINDERS_NATS_TLS_KEY")
+    otlp_endpoint: str | None = Field(default=None, description="OTEL_EXPORTER_OTLP_ENDPOINT")
+    trace_file: Path | None = Field(default=None, description="REMINDERS_TRACE_FILE")
     core: CoreConfig = Field(default_factory=CoreConfig, description="Rule bounds and rendering.")
+
+    def __repr__(self) -> str:
+        # Never print secrets (settings objects end up in logs and tracebacks).
+        shown = self.model_dump(exclude={"nats_password", "nats_token"})
+        return f"Settings({shown})"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -53,6 +70,16 @@ class Settings(BaseModel):
             "REMINDERS_CONFLICT_RETRIES": "conflict_retries",
             "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
+            "REMINDERS_NATS_USER": "nats_user",
+            "REMINDERS_NATS_PASSWORD": "nats_password",
+            "REMINDERS_NATS_TOKEN": "nats_token",
+            "REMINDERS_NATS_CREDS_FILE": "nats_creds_file",
+            "REMINDERS_NATS_NKEY_SEED_FILE": "nats_nkey_seed_file",
+            "REMINDERS_NATS_TLS_CA": "nats_tls_ca",
+            "REMINDERS_NATS_TLS_CERT": "nats_tls_cert",
+            "REMINDERS_NATS_TLS_KEY": "nats_tls_key",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "otlp_endpoint",
+            "REMINDERS_TRACE_FILE": "trace_file",
         }
         for variable, name in simple.items():
             if variable in env:

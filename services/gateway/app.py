@@ -11,6 +11,7 @@ from faststream.nats import NatsBroker, NatsMessage
 from nats.aio.client import Client
 
 from services.connection import connect
+from services.credentials import broker_security
 from services.gateway.committer import GroupCommitter
 from services.gateway.service import CommandService
 from services.http import HealthServer
@@ -43,7 +44,12 @@ class GatewayRuntime:
 
 def build_gateway(settings: Settings) -> tuple[FastStream, GatewayRuntime]:
     """The gateway app; nothing connects until it runs."""
-    broker = NatsBroker(settings.nats_url, log_level=logging.DEBUG, graceful_timeout=10.0)
+    broker = NatsBroker(
+        settings.nats_url,
+        log_level=logging.DEBUG,
+        graceful_timeout=10.0,
+        security=broker_security(settings),
+    )
     app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
     runtime = GatewayRuntime(settings)
 

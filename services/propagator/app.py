@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from contracts.events import Event, HandedOff
 from services.connection import connect
+from services.credentials import broker_security
 from services.deadletter import send_to_dlq
 from services.http import HealthServer
 from services.jetstream import provision
@@ -77,7 +78,12 @@ class PropagatorRuntime:
 
 def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]:
     """The propagator app; nothing connects until it runs."""
-    broker = NatsBroker(settings.nats_url, log_level=logging.DEBUG, graceful_timeout=10.0)
+    broker = NatsBroker(
+        settings.nats_url,
+        log_level=logging.DEBUG,
+        graceful_timeout=10.0,
+        security=broker_security(settings),
+    )
     app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
     runtime = PropagatorRuntime(settings)
 
