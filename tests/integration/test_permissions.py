@@ -59,6 +59,12 @@ async def connect_as(server: EmbeddedNats, user: str) -> nats.aio.client.Client:
     return nc
 
 
+def violations(nc: nats.aio.client.Client) -> list[Exception]:
+    """The permission errors the server sent this connection."""
+    errors: list[Exception] = nc._test_errors  # type: ignore[attr-defined]
+    return [e for e in errors if "permissions violation" in str(e).lower()]
+
+
 async def count(operator: nats.aio.client.Client, stream: str = "REMINDERS") -> int:
     return int((await operator.jetstream().stream_info(stream)).state.messages)
 
@@ -94,7 +100,7 @@ async def test_every_service_works_under_its_own_user_and_no_more(
         await projector.flush()
         await asyncio.sleep(0.3)
         assert await count(operator) == before
-        assert any("permissions violation" in str(e).lower() for e in projector._test_errors)  # type: ignore[attr-defined]
+        assert violations(projector)
 
         replay_nc = await connect_as(secured_server, "replay")
         for subject in (
@@ -107,8 +113,7 @@ async def test_every_service_works_under_its_own_user_and_no_more(
         await replay_nc.flush()
         await asyncio.sleep(0.3)
         assert await count(operator) == before
-        violations = [e for e in replay_nc._test_errors if "permissions violation" in str(e).lower()]  # type: ignore[attr-defined]
-        assert len(violations) >= 4
+        assert len(violations(replay_nc)) >= 4
         for connection in (client_nc, operator, projector, replay_nc):
             await connection.close()
     finally:
