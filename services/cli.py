@@ -11,7 +11,7 @@ from rich.console import Console
 
 from services.settings import Settings
 
-SERVICE_NAMES = ("gateway", "projector", "propagator")
+SERVICE_NAMES = ("gateway", "projector", "propagator", "observer")
 
 app = typer.Typer(
     name="reminders",
@@ -81,7 +81,7 @@ def up(
 @app.command()
 def serve(
     service: str = typer.Argument(
-        ..., help="Which service to run: gateway, projector or propagator."
+        ..., help="Which service to run: gateway, projector, propagator or observer."
     ),
 ) -> None:
     """Run one service in the foreground (configuration from REMINDERS_* variables)."""
@@ -100,6 +100,10 @@ def serve(
             from services.propagator.app import build_propagator
 
             asyncio.run(build_propagator(settings)[0].run())
+        elif service == "observer":
+            from services.observer.app import build_observer
+
+            asyncio.run(build_observer(settings)[0].run())
         elif service == "projector":
             from services.projector.app import serve_projector
 

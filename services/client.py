@@ -21,6 +21,7 @@ from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
 from services.ids import new_uuid7
 from services.jetstream import SessionAppend, last_session_seq, publish_atomic
+from services.telemetry import inject_traceparent
 
 
 class ReminderClient:
@@ -57,7 +58,10 @@ class ReminderClient:
         """Send one command; returns the reply (`ok` true or false) as a dict."""
         try:
             reply = await self._nc.request(
-                f"reminders.v1.{op}", orjson.dumps(payload), timeout=self._timeout_s
+                f"reminders.v1.{op}",
+                orjson.dumps(payload),
+                timeout=self._timeout_s,
+                headers=inject_traceparent() or None,
             )
         except (NoRespondersError, NatsTimeoutError) as exc:
             raise ReminderError(

@@ -7,13 +7,66 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.metrics import Counter, Histogram, Meter, Observation
+from opentelemetry.metrics import Counter, Histogram, Meter, NoOpMeter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+)
 from prometheus_client import REGISTRY, generate_latest
 
+from services.settings import Settings
+
 _PROVIDER: MeterProvider | None = None
+_TRACER_PROVIDER: TracerProvider | None = None
+
+#: Attributes of the messaging semantic conventions on every consumer span.
+MESSAGING_SYSTEM = {"messaging.system": "nats"}
+
+
+def tracer_provider(service_name: str, settings: Settings | None = None) -> TracerProvider:
+    """The process-wide tracer provider: OTLP when an endpoint is configured, and a JSON
+    lines file when `REMINDERS_TRACE_FILE` is set (what the tests read)."""
+    global _TRACER_PROVIDER
+    if _TRACER_PROVIDER is not None:
+        return _TRACER_PROVIDER
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if settings is not None and settings.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        endpoint = settings.otlp_endpoint.rstrip("/") + "/v1/traces"
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    if settings is not None and settings.trace_file is not None:
+        stream = open(settings.trace_file, "a", encoding="utf-8")  # noqa: SIM115 - lives with the process
+        provider.add_span_processor(
+            SimpleSpanProcessor(
+                ConsoleSpanExporter(
+                    out=stream, formatter=lambda span: span.to_json(indent=None) + "\n"
+                )
+            )
+        )
+    trace.set_tracer_provider(provider)
+    _TRACER_PROVIDER = provider
+    return provider
+
+
+def inject_traceparent() -> dict[str, str]:
+    """W3C trace headers of the current span, to carry on published messages."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
+def extract_context(headers: dict[str, str] | None) -> Context:
+    """The remote parent carried in a message's headers (empty context when none)."""
+    return propagate.extract(headers or {})
 
 
 def meter_provider(service_name: str = "reminders") -> MeterProvider:
@@ -94,3 +147,13 @@ class ProjectorMetrics:
             ),
             lag=lag,
         )
+
+
+def traced(settings: Settings, service_name: str) -> NatsTelemetryMiddleware:
+    """FastStream's OpenTelemetry middleware: one consumer span per message, continuing the
+    `traceparent` it carries. Its metrics are switched off: they label by subject, and a
+    subject carries the session token (SPEC §10 keeps ids out of labels)."""
+    return NatsTelemetryMiddleware(
+        tracer_provider=tracer_provider(service_name, settings),
+        meter=NoOpMeter("faststream"),
+    )

@@ -33,7 +33,7 @@ from services.supervisor import (
 )
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.
-SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator")
+SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator", "observer")
 
 
 class UpError(RuntimeError):

@@ -17,7 +17,7 @@ from services.gateway.service import CommandService
 from services.http import HealthServer
 from services.jetstream import provision
 from services.settings import Settings
-from services.telemetry import GatewayMetrics, meter_provider
+from services.telemetry import GatewayMetrics, meter_provider, traced
 
 log = logging.getLogger("reminders.gateway")
 
@@ -49,6 +49,7 @@ def build_gateway(settings: Settings) -> tuple[FastStream, GatewayRuntime]:
         log_level=logging.DEBUG,
         graceful_timeout=10.0,
         security=broker_security(settings),
+        middlewares=[traced(settings, "reminders-gateway")],
     )
     app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
     runtime = GatewayRuntime(settings)

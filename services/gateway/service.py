@@ -46,7 +46,7 @@ from services.gateway.rpc import handle_rpc
 from services.ids import fresh_context
 from services.jetstream import SessionAppend, decode_event, read_session
 from services.settings import Settings
-from services.telemetry import GatewayMetrics
+from services.telemetry import GatewayMetrics, inject_traceparent
 
 log = logging.getLogger("reminders.gateway")
 
@@ -238,7 +238,9 @@ class CommandService:
             decision = decide(entry.state, command, context, self._settings.core, warnings)
             if not decision.events:
                 return decision.reply
-            append = SessionAppend(session_id, entry.last_stream_seq, decision.events)
+            append = SessionAppend(
+                session_id, entry.last_stream_seq, decision.events, inject_traceparent()
+            )
             try:
                 stream_seqs = await self._committer.commit(append)
             except CommitConflict:

@@ -22,6 +22,7 @@ class NatsDelivery:
         self.stream_seq = int(metadata.sequence.stream)
         self.num_delivered = int(metadata.num_delivered)
         self.num_pending = int(metadata.num_pending)
+        self.headers = message.headers
 
     async def ack(self) -> None:
         """Acknowledge."""

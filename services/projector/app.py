@@ -12,6 +12,7 @@ import signal
 from dataclasses import dataclass
 
 from nats.aio.client import Client
+from opentelemetry.trace import Span, SpanKind, Tracer
 
 from services.connection import connect
 from services.http import HealthServer
@@ -20,7 +21,13 @@ from services.projector.adapters import JetStreamDeadLetters, KvSessionStore, Na
 from services.projector.apply import Projector, Verdict
 from services.projector.consumer import next_batch, pinned_consumer_config, upsert_consumer
 from services.settings import Settings
-from services.telemetry import ProjectorMetrics, meter_provider
+from services.telemetry import (
+    MESSAGING_SYSTEM,
+    ProjectorMetrics,
+    extract_context,
+    meter_provider,
+    tracer_provider,
+)
 
 log = logging.getLogger("reminders.projector")
 
@@ -43,6 +50,26 @@ class ProjectorRuntime:
         return self.ready and self.nc is not None and self.nc.is_connected
 
 
+def consumer_span(tracer: Tracer, delivery: NatsDelivery) -> Span | None:
+    """A consumer span continuing the command's trace (only for traced events)."""
+    if not delivery.headers or "traceparent" not in delivery.headers:
+        return None
+    kind = delivery.subject.split(".")[2] if delivery.subject.count(".") >= 3 else "event"
+    return tracer.start_span(
+        f"transcript.reminder.{kind} process",
+        context=extract_context(delivery.headers),
+        kind=SpanKind.CONSUMER,
+        attributes={
+            **MESSAGING_SYSTEM,
+            "messaging.destination.name": f"transcript.reminder.{kind}",
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.consumer.group.name": DURABLE,
+            "messaging.message.id": str(delivery.headers.get("Nats-Msg-Id", "")),
+        },
+    )
+
+
 async def run_projector(settings: Settings, stop: asyncio.Event) -> None:
     """Pull, fold, write, ack — until `stop` is set."""
     runtime = ProjectorRuntime(settings)
@@ -55,6 +82,7 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> None:
         pinned_consumer_config(DURABLE, GROUP, "transcript.reminder.>", priority_timeout_s=3.0),
     )
     metrics = ProjectorMetrics.create(meter_provider("reminders-projector").get_meter("projector"))
+    tracer = tracer_provider("reminders-projector", settings).get_tracer("reminders.projector")
     dead_letters = JetStreamDeadLetters(js)
     projector = Projector(KvSessionStore(await js.key_value(settings.kv_bucket)), dead_letters)
     health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
@@ -83,7 +111,13 @@ async def run_projector(settings: Settings, stop: asyncio.Event) -> None:
             if not messages:
                 continue
             deliveries = [NatsDelivery(message) for message in messages]
-            report = await projector.process(list(deliveries))
+            spans = [consumer_span(tracer, delivery) for delivery in deliveries]
+            try:
+                report = await projector.process(list(deliveries))
+            finally:
+                for span in spans:
+                    if span is not None:
+                        span.end()
             metrics.lag[0] = deliveries[-1].num_pending
             metrics.apply_latency.record(projector.last_apply_latency_s)
             for verdict in Verdict:

@@ -27,6 +27,7 @@ from services.deadletter import send_to_dlq
 from services.http import HealthServer
 from services.jetstream import provision
 from services.settings import Settings
+from services.telemetry import inject_traceparent, traced
 
 log = logging.getLogger("reminders.propagator")
 
@@ -83,6 +84,7 @@ def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]
         log_level=logging.DEBUG,
         graceful_timeout=10.0,
         security=broker_security(settings),
+        middlewares=[traced(settings, "reminders-propagator")],
     )
     app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
     runtime = PropagatorRuntime(settings)
@@ -122,6 +124,7 @@ def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]
                 "reminders.v1.inherit",
                 orjson.dumps(inherit_command(event)),
                 timeout=settings.request_timeout_s,
+                headers=inject_traceparent() or None,
             )
             reply = orjson.loads(response.data)
         except Exception as exc:  # gateway away: retried by redelivery, never dropped
