@@ -142,6 +142,51 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+@app.command()
+def doctor(
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", "--nats", envvar="REMINDERS_NATS_URL", help="Server to check."
+    ),
+) -> None:
+    """Check connectivity, stream and bucket configuration, consumer lag per worker and the
+    dead-letter stream; exit 1 with a row per failure."""
+    from rich.table import Table
+
+    from services.doctor import run_checks
+
+    settings = Settings.from_env(nats_url=nats_url)
+    checks = asyncio.run(run_checks(settings))
+    table = Table(title=f"reminders doctor: {settings.nats_url}")
+    for column in ("check", "status", "detail"):
+        table.add_column(column)
+    for check in checks:
+        table.add_row(
+            check.name, "[green]ok[/green]" if check.ok else "[red]FAIL[/red]", check.detail
+        )
+    Console().print(table)
+    failures = [check for check in checks if not check.ok]
+    if failures:
+        _fail(f"{len(failures)} check(s) failed: {', '.join(c.name for c in failures)}")
+
+
+@app.command()
+def asyncapi(
+    check: bool = typer.Option(
+        False, "--check", help="Exit 1 if contracts/asyncapi.json is stale."
+    ),
+) -> None:
+    """Regenerate the AsyncAPI document of every subject into contracts/asyncapi.json."""
+    from services.asyncapi import ASYNCAPI_PATH, render_asyncapi, write_asyncapi
+
+    if check:
+        current = ASYNCAPI_PATH.read_text(encoding="utf-8") if ASYNCAPI_PATH.exists() else ""
+        if current != render_asyncapi():
+            _fail("contracts/asyncapi.json is stale (run `reminders asyncapi`)")
+        typer.echo("asyncapi is up to date")
+        return
+    typer.echo(str(write_asyncapi()))
+
+
 def _register_audit_commands() -> None:
     from replay.cli import register
 

@@ -57,3 +57,29 @@ def test_the_checked_in_json_schemas_are_up_to_date() -> None:
     assert present == set(wanted), "run `reminders schemas`"
     for name, text in wanted.items():
         assert (SCHEMA_DIR / name).read_text(encoding="utf-8") == text, f"{name} is stale"
+
+
+def test_the_checked_in_asyncapi_document_is_up_to_date() -> None:
+    from services.asyncapi import ASYNCAPI_PATH, render_asyncapi
+
+    assert ASYNCAPI_PATH.read_text(encoding="utf-8") == render_asyncapi(), (
+        "run `reminders asyncapi`"
+    )
+
+
+def test_the_asyncapi_document_names_every_subject_with_its_payload() -> None:
+    import json
+
+    from services.asyncapi import ASYNCAPI_PATH
+
+    document = json.loads(ASYNCAPI_PATH.read_text(encoding="utf-8"))
+    channels = set(document["channels"])
+    for op in commands.COMMANDS:
+        assert f"reminders.v1.{op}" in channels
+    assert {
+        "reminders.v1.rpc",
+        "transcript.reminder.{kind}.{session_token}",
+        "reminders.v1.acp.{session_token}",
+        "reminders.audit.forgotten",
+    } <= channels
+    assert {"Event", "Inject", "ReminderSpec"} <= set(document["components"]["schemas"])

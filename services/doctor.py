@@ -1,0 +1,110 @@
+"""`reminders doctor`: is this deployment healthy? One row per check; non-zero on failure.
+
+Read-only: it never creates or changes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client
+
+from services.connection import NatsUnreachable, connect
+from services.jetstream import (
+    _contradictions,
+    _needs_update,
+    event_stream_config,
+    side_stream_configs,
+)
+from services.settings import Settings
+
+WORKERS = ("projector", "propagator", "observer")
+LAG_WARNING = 10_000
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the report."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+async def _stream_checks(nc: Client, settings: Settings) -> list[Check]:
+    js = nc.jetstream()
+    checks = []
+    for wanted in [event_stream_config(settings), *side_stream_configs(settings)]:
+        name = wanted.name or ""
+        try:
+            info = await js.stream_info(name)
+        except nats.js.errors.NotFoundError:
+            checks.append(
+                Check(f"stream {name}", False, "missing (start any service to create it)")
+            )
+            continue
+        problems = _contradictions(info.config, wanted)
+        if problems:
+            checks.append(Check(f"stream {name}", False, "; ".join(problems)))
+        elif _needs_update(info.config, wanted):
+            checks.append(Check(f"stream {name}", False, "settings drifted from the SPEC"))
+        else:
+            detail = f"{info.state.messages} messages, last seq {info.state.last_seq}"
+            checks.append(Check(f"stream {name}", True, detail))
+    return checks
+
+
+async def _bucket_check(nc: Client, settings: Settings) -> Check:
+    try:
+        status = await (await nc.jetstream().key_value(settings.kv_bucket)).status()
+    except nats.js.errors.BucketNotFoundError:
+        return Check(f"bucket {settings.kv_bucket}", False, "missing")
+    return Check(f"bucket {settings.kv_bucket}", True, f"{status.values} values")
+
+
+async def _consumer_checks(nc: Client, settings: Settings) -> list[Check]:
+    checks = []
+    for durable in WORKERS:
+        try:
+            info = await nc.jetstream().consumer_info(settings.stream, durable)
+        except nats.js.errors.NotFoundError:
+            checks.append(Check(f"consumer {durable}", False, "missing: is the worker running?"))
+            continue
+        lag, unacked = int(info.num_pending or 0), int(info.num_ack_pending or 0)
+        detail = f"lag {lag}, unacked {unacked}"
+        checks.append(Check(f"consumer {durable}", lag < LAG_WARNING, detail))
+    return checks
+
+
+async def _dlq_check(nc: Client, settings: Settings) -> Check:
+    try:
+        info = await nc.jetstream().stream_info(settings.dlq_stream)
+    except nats.js.errors.NotFoundError:
+        return Check("dead letters", False, f"{settings.dlq_stream} missing")
+    count = int(info.state.messages)
+    detail = "none" if count == 0 else f"{count} poison message(s) in {settings.dlq_stream}"
+    return Check("dead letters", count == 0, detail)
+
+
+async def run_checks(settings: Settings) -> list[Check]:
+    """Every check, in order; a connection failure is the only row when it happens."""
+    try:
+        nc = await connect(settings, "reminders-doctor", startup_timeout_s=5.0)
+    except NatsUnreachable as exc:
+        return [Check("connectivity", False, str(exc))]
+    try:
+        checks = [Check("connectivity", True, settings.nats_url)]
+        try:
+            account = await nc.jetstream().account_info()
+            checks.append(Check("jetstream", True, f"{account.streams} streams"))
+        except Exception as exc:
+            checks.append(Check("jetstream", False, f"not available ({type(exc).__name__})"))
+            return checks
+        checks += await _stream_checks(nc, settings)
+        checks.append(await _bucket_check(nc, settings))
+        checks += await _consumer_checks(nc, settings)
+        checks.append(await _dlq_check(nc, settings))
+        return checks
+    finally:
+        await nc.close()
