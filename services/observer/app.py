@@ -13,8 +13,7 @@ from typing import Any
 
 import orjson
 from faststream import AckPolicy, FastStream
-from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
-from nats.aio.client import Client
+from faststream.nats import JStream, NatsMessage, PullSub
 from nats.js.api import AckPolicy as ConsumerAckPolicy
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
@@ -22,13 +21,10 @@ from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 from pydantic import ValidationError
 
 from contracts import events as ev
-from services.connection import connect
-from services.credentials import broker_security
 from services.deadletter import send_to_dlq
-from services.http import HealthServer
-from services.jetstream import provision
+from services.runtime import ServiceRuntime, build_service
 from services.settings import Settings
-from services.telemetry import meter_provider, traced
+from services.telemetry import meter_provider
 
 log = logging.getLogger("reminders.observer")
 DURABLE = "observer"
@@ -143,31 +139,9 @@ def span_event(event: ev.Event) -> None:
     trace.get_current_span().add_event(f"reminder.{event.kind}", attributes)
 
 
-@dataclass
-class ObserverRuntime:
-    """What the observer holds while it runs."""
-
-    settings: Settings
-    nc: Client | None = None
-    health: HealthServer | None = None
-    ready: bool = False
-
-    def is_ready(self) -> bool:
-        """Connected and consuming."""
-        return self.ready and self.nc is not None and self.nc.is_connected
-
-
-def build_observer(settings: Settings) -> tuple[FastStream, ObserverRuntime]:
+def build_observer(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
     """The observer app; nothing connects until it runs."""
-    broker = NatsBroker(
-        settings.nats_url,
-        log_level=logging.DEBUG,
-        graceful_timeout=10.0,
-        security=broker_security(settings),
-        middlewares=[traced(settings, "reminders-observer")],
-    )
-    app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
-    runtime = ObserverRuntime(settings)
+    app, broker, runtime = build_service(DURABLE, settings, consumer=consumer_config())
     metrics = ObserverMetrics.create()
 
     @broker.subscriber(
@@ -179,14 +153,13 @@ def build_observer(settings: Settings) -> tuple[FastStream, ObserverRuntime]:
         ack_policy=AckPolicy.MANUAL,
     )
     async def on_event(msg: NatsMessage) -> None:
-        assert runtime.nc is not None
         raw = msg.raw_message
         token = raw.subject.rsplit(".", 1)[-1]
         try:
             event = ev.Event.model_validate(orjson.loads(msg.body))
         except (ValueError, ValidationError, orjson.JSONDecodeError) as exc:
             await send_to_dlq(
-                runtime.nc.jetstream(),
+                runtime.connection.jetstream(),
                 service=DURABLE,
                 token=token,
                 subject=raw.subject,
@@ -200,33 +173,9 @@ def build_observer(settings: Settings) -> tuple[FastStream, ObserverRuntime]:
         metrics.observe(event)
         span_event(event)
         if isinstance(event.payload, ev.Fired):
-            await runtime.nc.publish(
+            await runtime.connection.publish(
                 f"reminders.v1.acp.{token}", orjson.dumps(acp_notification(event))
             )
         await msg.ack()
-
-    @app.on_startup
-    async def start_observer() -> None:
-        runtime.nc = await connect(settings, "reminders-observer")
-        js = runtime.nc.jetstream()
-        await provision(js, settings)
-        await js.add_consumer(settings.stream, consumer_config())
-        runtime.health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
-        await runtime.health.start()
-
-    @app.after_startup
-    async def mark_ready() -> None:
-        runtime.ready = True
-
-    @app.on_shutdown
-    async def not_ready() -> None:
-        runtime.ready = False
-
-    @app.after_shutdown
-    async def stop_observer() -> None:
-        if runtime.health is not None:
-            await runtime.health.stop()
-        if runtime.nc is not None:
-            await runtime.nc.drain()
 
     return app, runtime

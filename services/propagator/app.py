@@ -10,24 +10,19 @@ reached the DLQ); nak with a delay when the gateway is unavailable or busy, so i
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import orjson
 from faststream import AckPolicy, FastStream
-from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
-from nats.aio.client import Client
+from faststream.nats import JStream, NatsMessage, PullSub
 from nats.js.api import AckPolicy as ConsumerAckPolicy
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
 from contracts.events import Event, HandedOff
-from services.connection import connect
-from services.credentials import broker_security
 from services.deadletter import send_to_dlq
-from services.http import HealthServer
-from services.jetstream import provision
+from services.runtime import ServiceRuntime, build_service
 from services.settings import Settings
-from services.telemetry import inject_traceparent, traced
+from services.telemetry import inject_traceparent
 
 log = logging.getLogger("reminders.propagator")
 
@@ -63,31 +58,9 @@ def inherit_command(event: Event) -> dict[str, object]:
     }
 
 
-@dataclass
-class PropagatorRuntime:
-    """What the propagator holds while it runs."""
-
-    settings: Settings
-    nc: Client | None = None
-    health: HealthServer | None = None
-    ready: bool = False
-
-    def is_ready(self) -> bool:
-        """Connected and consuming."""
-        return self.ready and self.nc is not None and self.nc.is_connected
-
-
-def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]:
+def build_propagator(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
     """The propagator app; nothing connects until it runs."""
-    broker = NatsBroker(
-        settings.nats_url,
-        log_level=logging.DEBUG,
-        graceful_timeout=10.0,
-        security=broker_security(settings),
-        middlewares=[traced(settings, "reminders-propagator")],
-    )
-    app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
-    runtime = PropagatorRuntime(settings)
+    app, broker, runtime = build_service(DURABLE, settings, consumer=consumer_config())
 
     @broker.subscriber(
         "transcript.reminder.handed_off.>",
@@ -98,7 +71,6 @@ def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]
         ack_policy=AckPolicy.MANUAL,
     )
     async def on_handed_off(msg: NatsMessage) -> None:
-        assert runtime.nc is not None
         raw = msg.raw_message
         stream_seq = int(raw.metadata.sequence.stream)
         token = raw.subject.rsplit(".", 1)[-1]
@@ -108,7 +80,7 @@ def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]
                 raise ValueError("not a handed_off event")
         except (ValueError, ValidationError, orjson.JSONDecodeError) as exc:
             await send_to_dlq(
-                runtime.nc.jetstream(),
+                runtime.connection.jetstream(),
                 service=DURABLE,
                 token=token,
                 subject=raw.subject,
@@ -120,7 +92,7 @@ def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]
             await msg.ack()
             return
         try:
-            response = await runtime.nc.request(
+            response = await runtime.connection.request(
                 "reminders.v1.inherit",
                 orjson.dumps(inherit_command(event)),
                 timeout=settings.request_timeout_s,
@@ -139,7 +111,7 @@ def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]
             await msg.nack(delay=1.0)
             return
         await send_to_dlq(
-            runtime.nc.jetstream(),
+            runtime.connection.jetstream(),
             service=DURABLE,
             token=token,
             subject=raw.subject,
@@ -149,30 +121,5 @@ def build_propagator(settings: Settings) -> tuple[FastStream, PropagatorRuntime]
             reason="the gateway refused the inheritance",
         )
         await msg.ack()
-
-    @app.on_startup
-    async def start_propagator() -> None:
-        runtime.nc = await connect(settings, "reminders-propagator")
-        js = runtime.nc.jetstream()
-        await provision(js, settings)
-        # An existing durable keeps its old config silently: apply ours at every start.
-        await js.add_consumer(settings.stream, consumer_config())
-        runtime.health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
-        await runtime.health.start()
-
-    @app.after_startup
-    async def mark_ready() -> None:
-        runtime.ready = True
-
-    @app.on_shutdown
-    async def not_ready() -> None:
-        runtime.ready = False
-
-    @app.after_shutdown
-    async def stop_propagator() -> None:
-        if runtime.health is not None:
-            await runtime.health.stop()
-        if runtime.nc is not None:
-            await runtime.nc.drain()
 
     return app, runtime
