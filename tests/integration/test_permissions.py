@@ -155,3 +155,27 @@ def test_the_replay_user_can_replay_and_export_read_only(
     )
     assert result.returncode == 0, result.stderr
     assert b'"session_id":"audited"' in result.stdout
+
+
+def test_a_service_authenticates_with_a_token_from_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "token.conf"
+    config.write_text('authorization { token: "s3cret-token" }\n', encoding="utf-8")
+    server = EmbeddedNats(tmp_path / "store", config_file=config)
+    server.start()
+    runner = ServiceRunner(Settings.from_env({}, nats_url=server.url), tmp_path / "logs")
+    try:
+        runner.start("gateway", extra_env={"REMINDERS_NATS_TOKEN": "s3cret-token"})
+
+        async def use() -> dict[str, object]:
+            nc = await nats.connect(server.url, token="s3cret-token")
+            reply = await ReminderClient(nc).inject("tokened", "x")
+            await nc.close()
+            return reply
+
+        assert asyncio.run(use())["ok"] is True
+        refused = runner.start("gateway", wait=False, extra_env={"REMINDERS_NATS_TOKEN": "wrong"})
+        assert refused.process.wait(timeout=30) == 1
+        assert "cannot reach NATS" in refused.log() or "Authorization" in refused.log()
+    finally:
+        runner.stop_all()
+        server.kill()
