@@ -6,6 +6,7 @@ refused; the error text never quotes the message itself.
 
 from __future__ import annotations
 
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 H_ERROR_CODE = "Reminders-Error-Code"
@@ -37,4 +38,20 @@ async def send_to_dlq(
             H_STREAM_SEQ: str(stream_seq),
             H_SERVICE: service,
         },
+    )
+
+
+async def dead_letter_message(
+    js: JetStreamContext, service: str, message: Msg, code: str, reason: str
+) -> None:
+    """Copy a delivered JetStream message to the DLQ, taking its place from the message."""
+    await send_to_dlq(
+        js,
+        service=service,
+        token=message.subject.rsplit(".", 1)[-1],
+        subject=message.subject,
+        stream_seq=int(message.metadata.sequence.stream),
+        data=message.data,
+        code=code,
+        reason=reason,
     )

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from faststream import FastStream
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig
+from nats.js.api import AckPolicy as ConsumerAckPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from services.connection import connect
 from services.credentials import broker_security
@@ -45,6 +46,19 @@ class ServiceRuntime:
     def is_ready(self) -> bool:
         """Connected and consuming."""
         return self.ready and self.nc is not None and self.nc.is_connected
+
+
+def durable_consumer(durable: str, filter_subject: str, max_ack_pending: int) -> ConsumerConfig:
+    """An explicit-ack durable consumer from the start of the stream that never gives up."""
+    return ConsumerConfig(
+        durable_name=durable,
+        filter_subject=filter_subject,
+        ack_policy=ConsumerAckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=30.0,
+        max_ack_pending=max_ack_pending,
+        max_deliver=-1,
+    )
 
 
 def build_service(

@@ -14,15 +14,14 @@ from typing import Any
 import orjson
 from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsMessage, PullSub
-from nats.js.api import AckPolicy as ConsumerAckPolicy
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerConfig
 from opentelemetry import trace
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 from pydantic import ValidationError
 
 from contracts import events as ev
-from services.deadletter import send_to_dlq
-from services.runtime import ServiceRuntime, build_service
+from services.deadletter import dead_letter_message
+from services.runtime import ServiceRuntime, build_service, durable_consumer
 from services.settings import Settings
 from services.telemetry import meter_provider
 
@@ -32,15 +31,7 @@ DURABLE = "observer"
 
 def consumer_config() -> ConsumerConfig:
     """The observer's durable consumer, applied at every start-up."""
-    return ConsumerConfig(
-        durable_name=DURABLE,
-        filter_subject="transcript.reminder.>",
-        ack_policy=ConsumerAckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=30.0,
-        max_ack_pending=1000,
-        max_deliver=-1,
-    )
+    return durable_consumer(DURABLE, "transcript.reminder.>", max_ack_pending=1000)
 
 
 def acp_notification(event: ev.Event) -> dict[str, Any]:
@@ -158,15 +149,8 @@ def build_observer(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
         try:
             event = ev.Event.model_validate(orjson.loads(msg.body))
         except (ValueError, ValidationError, orjson.JSONDecodeError) as exc:
-            await send_to_dlq(
-                runtime.connection.jetstream(),
-                service=DURABLE,
-                token=token,
-                subject=raw.subject,
-                stream_seq=int(raw.metadata.sequence.stream),
-                data=msg.body,
-                code="invalid_event",
-                reason=type(exc).__name__,
+            await dead_letter_message(
+                runtime.connection.jetstream(), DURABLE, raw, "invalid_event", type(exc).__name__
             )
             await msg.ack()
             return

@@ -14,13 +14,12 @@ import logging
 import orjson
 from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsMessage, PullSub
-from nats.js.api import AckPolicy as ConsumerAckPolicy
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerConfig
 from pydantic import ValidationError
 
 from contracts.events import Event, HandedOff
-from services.deadletter import send_to_dlq
-from services.runtime import ServiceRuntime, build_service
+from services.deadletter import dead_letter_message
+from services.runtime import ServiceRuntime, build_service, durable_consumer
 from services.settings import Settings
 from services.telemetry import inject_traceparent
 
@@ -32,15 +31,7 @@ RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
 
 def consumer_config() -> ConsumerConfig:
     """The propagator's durable consumer, applied at every start-up."""
-    return ConsumerConfig(
-        durable_name=DURABLE,
-        filter_subject="transcript.reminder.handed_off.>",
-        ack_policy=ConsumerAckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=30.0,
-        max_ack_pending=64,
-        max_deliver=-1,
-    )
+    return durable_consumer(DURABLE, "transcript.reminder.handed_off.>", max_ack_pending=64)
 
 
 def inherit_command(event: Event) -> dict[str, object]:
@@ -71,23 +62,14 @@ def build_propagator(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
         ack_policy=AckPolicy.MANUAL,
     )
     async def on_handed_off(msg: NatsMessage) -> None:
-        raw = msg.raw_message
-        stream_seq = int(raw.metadata.sequence.stream)
-        token = raw.subject.rsplit(".", 1)[-1]
+        js = runtime.connection.jetstream()
         try:
             event = Event.model_validate(orjson.loads(msg.body))
             if not isinstance(event.payload, HandedOff):
                 raise ValueError("not a handed_off event")
         except (ValueError, ValidationError, orjson.JSONDecodeError) as exc:
-            await send_to_dlq(
-                runtime.connection.jetstream(),
-                service=DURABLE,
-                token=token,
-                subject=raw.subject,
-                stream_seq=stream_seq,
-                data=msg.body,
-                code="invalid_event",
-                reason=type(exc).__name__,
+            await dead_letter_message(
+                js, DURABLE, msg.raw_message, "invalid_event", type(exc).__name__
             )
             await msg.ack()
             return
@@ -110,15 +92,8 @@ def build_propagator(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
         if code in RETRYABLE:
             await msg.nack(delay=1.0)
             return
-        await send_to_dlq(
-            runtime.connection.jetstream(),
-            service=DURABLE,
-            token=token,
-            subject=raw.subject,
-            stream_seq=stream_seq,
-            data=msg.body,
-            code=code,
-            reason="the gateway refused the inheritance",
+        await dead_letter_message(
+            js, DURABLE, msg.raw_message, code, "the gateway refused the inheritance"
         )
         await msg.ack()
 
