@@ -1,22 +1,18 @@
-"""Wiring of the gateway service: a FastStream subscriber in a queue group on
-`reminders.v1.*`, with a raw JetStream client for atomic batches."""
+"""Wiring of the gateway service: the shared FastStream lifecycle, a raw queue subscription
+on `reminders.v1.*` for commands (see `listener`), group commit on a raw JetStream client."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import orjson
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
 from services.gateway.committer import GroupCommitter
+from services.gateway.listener import CommandListener
 from services.gateway.service import CommandService
 from services.runtime import ServiceRuntime, build_service
 from services.settings import Settings
-from services.telemetry import GatewayMetrics, meter_provider
-
-COMMAND_SUBJECTS = "reminders.v1.*"
-QUEUE_GROUP = "reminders-gateway"
+from services.telemetry import GatewayMetrics, meter_provider, tracer_provider
 
 
 @dataclass
@@ -24,7 +20,7 @@ class GatewayParts:
     """What the gateway adds to the shared runtime."""
 
     committer: GroupCommitter | None = None
-    service: CommandService | None = None
+    listener: CommandListener | None = None
 
 
 def build_gateway(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
@@ -40,22 +36,16 @@ def build_gateway(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
             on_batch=lambda size: metrics.batch_size.record(size),
         )
         parts.committer.start()
-        parts.service = CommandService(runtime.connection, settings, parts.committer, metrics)
+        service = CommandService(runtime.connection, settings, parts.committer, metrics)
+        tracer = tracer_provider("reminders-gateway", settings).get_tracer("reminders.gateway")
+        parts.listener = CommandListener(runtime.connection, service, tracer)
+        await parts.listener.start()
 
     async def stop(runtime: ServiceRuntime) -> None:
+        if parts.listener is not None:
+            await parts.listener.stop()
         if parts.committer is not None:
             await parts.committer.stop()
 
-    app, broker, runtime = build_service("gateway", settings, on_start=start, on_stop=stop)
-
-    @broker.subscriber(COMMAND_SUBJECTS, queue=QUEUE_GROUP, max_workers=256)
-    async def on_command(msg: NatsMessage) -> bytes | None:
-        """Decode, decide and commit, then reply (only after the batch is stored)."""
-        op = msg.raw_message.subject.rsplit(".", 1)[-1]
-        assert parts.service is not None
-        if op == "rpc":
-            response = await parts.service.handle_rpc(msg.body)
-            return None if response is None else orjson.dumps(response)
-        return orjson.dumps(await parts.service.handle(op, msg.body))
-
+    app, _, runtime = build_service("gateway", settings, on_start=start, on_stop=stop)
     return app, runtime

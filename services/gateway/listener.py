@@ -1,0 +1,92 @@
+"""The gateway's command subscription: a raw nats-py queue subscription on `reminders.v1.*`.
+
+Commands are the write hot path. Measured on this 2-core machine with the same command
+service behind both: FastStream's per-message handler pipeline served ~1,000 commands/s,
+a plain nats-py queue subscription that hands each message to a task ~2,600/s (group commit
+needs many commands in flight at once). So the gateway keeps FastStream for its lifecycle
+and declares its subjects in the AsyncAPI document, but reads commands here, with a bound on
+the commands in flight and one consumer span per command, as the FastStream middleware made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from opentelemetry.trace import SpanKind, Tracer
+
+from services.gateway.service import CommandService
+from services.telemetry import MESSAGING_SYSTEM, extract_context
+
+log = logging.getLogger("reminders.gateway")
+
+COMMAND_SUBJECTS = "reminders.v1.*"
+QUEUE_GROUP = "reminders-gateway"
+
+
+class CommandListener:
+    """Serves commands concurrently; replies only after the service's commit finished."""
+
+    def __init__(
+        self, nc: Client, service: CommandService, tracer: Tracer, in_flight: int = 1024
+    ) -> None:
+        self._nc = nc
+        self._service = service
+        self._tracer = tracer
+        self._slots = asyncio.Semaphore(in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._subscription: Subscription | None = None
+
+    async def start(self) -> None:
+        """Join the queue group."""
+        self._subscription = await self._nc.subscribe(
+            COMMAND_SUBJECTS,
+            queue=QUEUE_GROUP,
+            cb=self._dispatch,
+            pending_msgs_limit=100_000,
+        )
+
+    async def stop(self) -> None:
+        """Leave the queue group, then let every command in flight finish and reply."""
+        if self._subscription is not None:
+            await self._subscription.unsubscribe()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _dispatch(self, message: Msg) -> None:
+        # Waiting for a slot here holds back the subscription: back-pressure, not a pile-up.
+        await self._slots.acquire()
+        task = asyncio.create_task(self._serve(message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, message: Msg) -> None:
+        op = message.subject.rsplit(".", 1)[-1]
+        try:
+            with self._tracer.start_as_current_span(
+                f"{message.subject} process",
+                context=extract_context(message.headers),
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    **MESSAGING_SYSTEM,
+                    "messaging.destination.name": message.subject,
+                    "messaging.operation.type": "process",
+                    "messaging.operation.name": "process",
+                    "messaging.consumer.group.name": QUEUE_GROUP,
+                },
+            ):
+                if op == "rpc":
+                    response = await self._service.handle_rpc(message.data)
+                    body = None if response is None else orjson.dumps(response)
+                else:
+                    body = orjson.dumps(await self._service.handle(op, message.data))
+            if body is not None and message.reply:
+                await message.respond(body)
+        except Exception:  # a reply could not be sent; the client times out and retries
+            log.exception("reply failed", extra={"op": op[:64]})
+        finally:
+            self._slots.release()
