@@ -117,7 +117,9 @@ class Batch:
             if is_last:
                 body["reply"] = wire
             previous = chain_link(previous, body)
-            final.append(ev.Event.model_validate({**body, "chain": previous}))
+            # The draft's parts were validated when built; only reply and chain are new.
+            update = {"chain": previous, "reply": wire if is_last else None}
+            final.append(draft.model_copy(update=update))
         return tuple(final), wire
 
 
