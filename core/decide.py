@@ -291,12 +291,17 @@ def _revoke(batch: Batch, command: cmd.Revoke, config: CoreConfig) -> Reply:
 def _fitting_prefix(
     rows: list[PendingRow], text_of: Callable[[list[PendingRow]], str], cap: int
 ) -> list[PendingRow]:
-    """The longest prefix of `rows` whose envelope stays within `cap` UTF-8 bytes."""
+    """The longest prefix of `rows` whose envelope stays within `cap` UTF-8 bytes.
+
+    A directive too large for any envelope on its own is passed over (it stays pending,
+    unrendered) rather than blocking every directive behind it forever.
+    """
     chosen: list[PendingRow] = []
     for row in rows:
-        if len(text_of([*chosen, row]).encode("utf-8")) > cap:
+        if len(text_of([*chosen, row]).encode("utf-8")) <= cap:
+            chosen.append(row)
+        elif chosen or len(text_of([row]).encode("utf-8")) <= cap:
             break
-        chosen.append(row)
     return chosen
 
 
@@ -518,7 +523,13 @@ def _inherit(batch: Batch, command: cmd.Inherit, config: CoreConfig) -> Reply:
     for spec in command.reminders:
         reminder_id = spec.id or ""
         taken = _live_ids(batch.scratch) | _queued_ids(batch.scratch) | set(inherited)
-        if not reminder_id or reminder_id in taken:
+        full = len(batch.scratch.pending) + len(batch.scratch.queued) >= config.max_live
+        replaces = spec.dedupe_key is not None and any(
+            not row.audit_only and row.spec.dedupe_key == spec.dedupe_key
+            for row in batch.scratch.pending
+        )
+        if not reminder_id or reminder_id in taken or (full and not replaces):
+            # Already live, or no room (§4.1): skipped and reported, never half-applied.
             skipped.append(reminder_id)
             continue
         child_spec = spec.model_copy(
@@ -557,6 +568,17 @@ DECIDERS: dict[type[cmd.Command], Decider] = {
 }
 
 
+def with_inline(command: cmd.Command, reply: dict[str, Any]) -> dict[str, Any]:
+    """Add the inline placement (§5.5) to a render's reply; the log never stores it, so a
+    reply answered from the log gets it again here."""
+    user_text = command.user_text if isinstance(command, cmd.Render) else None
+    envelope = reply.get("envelope")
+    if user_text is None or not isinstance(envelope, dict):
+        return reply
+    text, span = rn.inline_placement(user_text, str(envelope["text"]))
+    return {**reply, "inline": InlinePlacement(text=text, range=span).model_dump()}
+
+
 def _error(exc: ReminderError) -> Decision:
     return Decision(events=(), reply=ErrorReply(error=exc.to_body()).to_wire())
 
@@ -573,7 +595,7 @@ def decide(
     if command.request_id is not None:
         for remembered in state.recent_replies:
             if remembered.request_id == command.request_id:
-                return Decision(events=(), reply=dict(remembered.reply))
+                return Decision(events=(), reply=with_inline(command, dict(remembered.reply)))
     decider = DECIDERS.get(type(command))
     if decider is None:
         return _error(
@@ -598,12 +620,7 @@ def decide(
     if warnings:
         reply = reply.model_copy(update={"warnings": list(warnings)})
     events, wire = batch.finish(reply)
-    if isinstance(reply, RenderReply) and reply.envelope is not None:
-        user_text = command.user_text if isinstance(command, cmd.Render) else None
-        if user_text is not None:
-            text, span = rn.inline_placement(user_text, reply.envelope.text)
-            wire = {**wire, "inline": InlinePlacement(text=text, range=span).model_dump()}
-    return Decision(events=events, reply=wire)
+    return Decision(events=events, reply=with_inline(command, wire))
 
 
 def handle(

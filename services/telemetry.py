@@ -5,6 +5,7 @@ Labels never carry a session id, a reminder id or any text (SPEC §10).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
@@ -96,8 +97,17 @@ class GatewayMetrics:
     batch_size: Histogram
 
     @classmethod
-    def create(cls, meter: Meter) -> GatewayMetrics:
-        """Register the gateway's instruments on `meter`."""
+    def create(
+        cls, meter: Meter, active_sessions: Callable[[], int] | None = None
+    ) -> GatewayMetrics:
+        """Register the gateway's instruments on `meter`; `active_sessions` feeds the gauge."""
+        if active_sessions is not None:
+            count = active_sessions
+            meter.create_observable_gauge(
+                "reminders_active_sessions",
+                callbacks=[lambda _options: [Observation(count())]],
+                description="Sessions with a command in the last 5 minutes (per gateway)",
+            )
         return cls(
             commands=meter.create_counter(
                 "reminders_commands", description="Commands by op and outcome"

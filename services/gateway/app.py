@@ -21,6 +21,11 @@ class GatewayParts:
 
     committer: GroupCommitter | None = None
     listener: CommandListener | None = None
+    service: CommandService | None = None
+
+    def active_sessions(self) -> int:
+        """Sessions active at this gateway (0 before it started)."""
+        return self.service.active_sessions() if self.service is not None else 0
 
 
 def build_gateway(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
@@ -28,7 +33,8 @@ def build_gateway(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
     parts = GatewayParts()
 
     async def start(runtime: ServiceRuntime) -> None:
-        metrics = GatewayMetrics.create(meter_provider("reminders-gateway").get_meter("gateway"))
+        meter = meter_provider("reminders-gateway").get_meter("gateway")
+        metrics = GatewayMetrics.create(meter, lambda: parts.active_sessions())
         parts.committer = GroupCommitter(
             runtime.connection,
             settings.max_batch_messages,
@@ -37,6 +43,7 @@ def build_gateway(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
         )
         parts.committer.start()
         service = CommandService(runtime.connection, settings, parts.committer, metrics)
+        parts.service = service
         tracer = tracer_provider("reminders-gateway", settings).get_tracer("reminders.gateway")
         parts.listener = CommandListener(runtime.connection, service, tracer)
         await parts.listener.start()

@@ -128,19 +128,30 @@ class ProjectionReader:
         """Purge the session's events, tombstone its projection, audit without any body."""
         js = self._nc.jetstream()
         token = session_token(session_id)
-        last_seq = await last_session_seq(self._nc, self._settings.stream, session_id)
-        if not await self._consumers_settled(last_seq):
-            return error_reply(
-                ErrorCode.UNAVAILABLE, "consumers are still processing the session; retry forget"
+        # Another gateway replica may append while we wait for the consumers (the session
+        # lock is per replica): purge again until nothing of the session is left.
+        purged_count, last_seq = 0, 0
+        for _round in range(5):
+            newest = await last_session_seq(self._nc, self._settings.stream, session_id)
+            if newest <= last_seq and _round > 0:
+                break
+            last_seq = newest
+            if not await self._consumers_settled(last_seq):
+                return error_reply(
+                    ErrorCode.UNAVAILABLE,
+                    "consumers are still processing the session; retry forget",
+                )
+            reply = await self._nc.request(
+                f"$JS.API.STREAM.PURGE.{self._settings.stream}",
+                orjson.dumps({"filter": session_subject_filter(session_id), "seq": last_seq + 1}),
+                timeout=self._settings.request_timeout_s,
             )
-        reply = await self._nc.request(
-            f"$JS.API.STREAM.PURGE.{self._settings.stream}",
-            orjson.dumps({"filter": session_subject_filter(session_id), "seq": last_seq + 1}),
-            timeout=self._settings.request_timeout_s,
-        )
-        purged = orjson.loads(reply.data)
-        if "error" in purged:
-            return error_reply(ErrorCode.UNAVAILABLE, "the stream refused the purge")
+            purged = orjson.loads(reply.data)
+            if "error" in purged:
+                return error_reply(ErrorCode.UNAVAILABLE, "the stream refused the purge")
+            purged_count += int(purged.get("purged", 0))
+        else:
+            return error_reply(ErrorCode.CONFLICT, "the session kept being written; retry forget")
         purged_through = max(last_seq, 0)
         tombstone = Tombstone(
             session_token=token, purged_through=purged_through, forgotten_at=utc_now_millis()
@@ -149,7 +160,7 @@ class ProjectionReader:
         audit = {
             "kind": "forgotten",
             "session_token": token,
-            "purged_count": int(purged.get("purged", 0)),
+            "purged_count": purged_count,
             "purged_through": purged_through,
             "forgotten_at": tombstone.forgotten_at,
             "request_id": request_id,

@@ -31,10 +31,10 @@ from contracts.commands import (
 )
 from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
-from contracts.replies import ErrorReply, InlinePlacement
+from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from core import decide, fold_all
-from core.render import inline_placement
+from core.decide import with_inline
 from services.gateway.committer import (
     CommitConflict,
     CommitFailed,
@@ -159,6 +159,14 @@ class CommandService:
         self._rate = RateLimiter(settings.rate_limit_per_second)
         self._locks = SessionLocks()
         self._reader = ProjectionReader(nc, settings)
+        self._last_seen: OrderedDict[str, float] = OrderedDict()
+
+    def active_sessions(self, window_s: float = 300.0) -> int:
+        """Sessions that sent a command within the window (the gauge of SPEC §10)."""
+        horizon = time.monotonic() - window_s
+        while self._last_seen and next(iter(self._last_seen.values())) < horizon:
+            self._last_seen.popitem(last=False)
+        return len(self._last_seen)
 
     async def handle_rpc(self, data: bytes) -> dict[str, Any] | None:
         """One JSON-RPC message (SPEC §8); None for a notification."""
@@ -170,7 +178,21 @@ class CommandService:
                 "id": None,
                 "error": {"code": -32700, "message": "Parse error"},
             }
-        return await handle_rpc(self.handle_value, raw)
+        try:
+            return await handle_rpc(self.handle_value, raw)
+        except Exception:  # the caller must get an answer whatever broke; logged, no body
+            log.exception("rpc failed")
+            if isinstance(raw, dict) and "id" not in raw:
+                return None  # a notification: nobody waits for an answer
+            return {
+                "jsonrpc": "2.0",
+                "id": raw.get("id") if isinstance(raw, dict) else None,
+                "error": {
+                    "code": -32000,
+                    "message": "unavailable",
+                    "data": {"code": "unavailable"},
+                },
+            }
 
     async def handle(self, op: str, data: bytes) -> dict[str, Any]:
         """Decide and commit one command; never raises."""
@@ -220,7 +242,10 @@ class CommandService:
                 reply = await self._reader.forget(command.session_id, command.request_id)
                 self._cache.drop(command.session_id)
                 return reply
-        wait_ms = self._rate.retry_after_ms(command.session_id, time.monotonic())
+        now = time.monotonic()
+        self._last_seen[command.session_id] = now
+        self._last_seen.move_to_end(command.session_id)
+        wait_ms = self._rate.retry_after_ms(command.session_id, now)
         if wait_ms:
             return error_reply(
                 ErrorCode.RATE_LIMITED,
@@ -251,7 +276,9 @@ class CommandService:
                 continue
             except CommitUncertain:
                 self._cache.drop(session_id)
-                stored = await self._reply_if_stored(command, context.command_id)
+                stored = await self._reply_if_stored(
+                    command, decision.events[0].command_id, entry.last_stream_seq
+                )
                 if stored is not None:
                     return stored
                 continue
@@ -280,7 +307,7 @@ class CommandService:
         entry, _ = await self._read(session_id)
         return entry
 
-    async def _read(self, session_id: str) -> tuple[CachedSession, Event | None]:
+    async def _read(self, session_id: str) -> tuple[CachedSession, list[tuple[Event, int]]]:
         stored = await read_session(
             self._nc, self._settings.stream, session_id, timeout_s=self._settings.request_timeout_s
         )
@@ -289,21 +316,20 @@ class CommandService:
             fold_all(SessionState(), events), stored[-1].stream_seq if stored else 0
         )
         self._cache.put(session_id, entry)
-        return entry, events[-1][0] if events else None
+        return entry, events
 
-    async def _reply_if_stored(self, command: Command, command_id: str) -> dict[str, Any] | None:
-        """After an uncertain commit: the reply, if this command's events did land."""
-        _, last = await self._read(command.session_id)
-        if last is not None and last.command_id == command_id and last.reply is not None:
-            return _with_inline(command, last.reply)
+    async def _reply_if_stored(
+        self, command: Command, command_id: str, read_through: int
+    ) -> dict[str, Any] | None:
+        """After an uncertain commit: the reply, if this command's events did land.
+
+        Other writers may have appended after them, so look at everything stored since the
+        state the command was decided on, not only at the last event.
+        """
+        _, events = await self._read(command.session_id)
+        for event, stream_seq in reversed(events):
+            if stream_seq <= read_through:
+                break
+            if event.command_id == command_id and event.reply is not None:
+                return with_inline(command, event.reply)
         return None
-
-
-def _with_inline(command: Command, reply: dict[str, Any]) -> dict[str, Any]:
-    """Re-attach the inline placement, which the log never stores (SPEC §5.5)."""
-    user_text = getattr(command, "user_text", None)
-    envelope = reply.get("envelope")
-    if not isinstance(user_text, str) or not isinstance(envelope, dict):
-        return reply
-    text, span = inline_placement(user_text, str(envelope["text"]))
-    return {**reply, "inline": InlinePlacement(text=text, range=span).model_dump()}

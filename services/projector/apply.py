@@ -174,9 +174,20 @@ class Projector:
             # Someone else wrote the bucket (a forget's tombstone, another replica): re-read.
             slot = await self._slot(token, fresh=True)
             record, verdicts, poison = self._decide(slot.record, deliveries)
+        dead_lettered: set[int] = set()
         for attempt in range(self._cas_retries + 1):
             if attempt:
                 record, verdicts, poison = self._decide(slot.record, deliveries)
+            # Copy poison to the DLQ before the degraded mark is written: if the copy fails,
+            # nothing is written or acked and the redelivery tries again.
+            for delivery, verdict in zip(deliveries, verdicts, strict=True):
+                if verdict is Verdict.POISON and delivery.stream_seq not in dead_lettered:
+                    code, reason = poison[delivery.stream_seq]
+                    await self._dead_letters.send(delivery, token, code, reason)
+                    dead_lettered.add(delivery.stream_seq)
+                    log.warning(
+                        "poison message", extra={"stream_seq": delivery.stream_seq, "code": code}
+                    )
             changed = record is not slot.record
             if not changed:
                 break
@@ -196,13 +207,6 @@ class Projector:
             break
         for delivery, verdict in zip(deliveries, verdicts, strict=True):
             report.verdicts[verdict] += 1
-            if verdict is Verdict.POISON:
-                code, reason = poison[delivery.stream_seq]
-                await self._dead_letters.send(delivery, token, code, reason)
-                log.warning(
-                    "poison message",
-                    extra={"stream_seq": delivery.stream_seq, "code": code},
-                )
             if verdict is Verdict.GAP:
                 await delivery.nak(self._gap_delay_s)
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import orjson
 import pytest
@@ -225,6 +226,7 @@ async def test_the_gateway_answers_health_readiness_and_metrics(
     assert status == 200
     assert "reminders_commands" in metrics
     assert 'op="inject"' in metrics
+    assert re.search(r"reminders_active_sessions\{[^}]*\} 1\.0", metrics)
     assert "canary-7731" not in metrics
     assert "probe" not in metrics
     assert "canary-7731" not in gateway.log()

@@ -140,3 +140,18 @@ def test_inheritance_keeps_the_parents_agent_id_when_no_originating_agent_is_set
         ).events,
     )
     assert state.pending[0].spec.originating_agent_id == "parent"
+
+
+def test_inheritance_respects_the_live_bound_and_reports_what_it_skipped() -> None:
+    from core import CoreConfig
+
+    parent = Driver("parent")
+    for n in range(4):
+        parent.inject(f"p{n}", id=f"p{n}", propagate="all")
+    handoff = parent.run("handoff", child_session_id="child").events[0]
+    child = Driver("child", config=CoreConfig(max_live=3))
+    child.inject("own", id="own")
+    reply = inherit_into(child, handoff)
+    assert reply["inherited_ids"] == ["p0", "p1"]
+    assert reply["skipped_ids"] == ["p2", "p3"]
+    assert len(child.state.pending) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import orjson
+import pytest
 
 from contracts.events import Event
 from contracts.state import SessionState
@@ -184,3 +185,19 @@ async def test_a_tombstone_keeps_a_forgotten_session_from_coming_back() -> None:
     fresh = deliveries(session_log(), first_seq=51)
     await Projector(store, dlq).process(list(fresh))
     assert stored_state(store, "s1").session_seq == len(log)
+
+
+class FailingDlq(FakeDlq):
+    async def send(self, delivery: Delivery, token: str, code: str, reason: str) -> None:
+        raise ConnectionError("dlq unreachable")
+
+
+async def test_a_poison_message_is_not_marked_or_acked_until_its_dlq_copy_is_stored() -> None:
+    store = FakeStore()
+    poison = FakeDelivery("transcript.reminder.injected.bad", b"{not json", 7)
+    with pytest.raises(ConnectionError):
+        await Projector(store, FailingDlq()).process([poison])
+    assert store.values == {} and not poison.acked
+    dlq = FakeDlq()
+    await Projector(store, dlq).process([poison])
+    assert dlq.sent == [(7, "bad", "undecodable")] and poison.acked

@@ -268,3 +268,20 @@ def test_user_text_is_never_stored_and_the_logged_reply_has_no_inline() -> None:
 def test_utf16_helpers_count_surrogate_pairs_as_two_units() -> None:
     assert utf16_length("a😀") == 3
     assert inline_placement("", "E") == ("\n\nE", [2, 3])
+
+
+def test_a_directive_too_large_for_any_envelope_does_not_block_the_others() -> None:
+    driver = Driver(config=CoreConfig(instructions="", max_envelope_bytes=200))
+    driver.inject("x" * 300, id="huge")
+    driver.inject("small", id="small", authority="advisory")
+    assert driver.ok("render", turn=0)["envelope"]["directive_ids"] == ["small"]
+    assert "huge" in driver.pending_ids()
+
+
+def test_a_repeated_render_request_keeps_its_inline_placement() -> None:
+    driver = Driver()
+    driver.inject("a")
+    first = driver.run("render", turn=0, request_id="r", user_text="hello")
+    again = driver.run("render", turn=0, request_id="r", user_text="hello")
+    assert again.events == ()
+    assert again.reply["inline"] == first.reply["inline"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from services.gateway.rpc import handle_rpc
@@ -191,3 +192,23 @@ async def test_unknown_methods_and_invalid_requests_get_the_standard_codes() -> 
     assert unknown is not None and unknown["error"]["code"] == -32601
     invalid = await handle_rpc(Bus(), {"id": 3, "method": "session/remind"})
     assert invalid is not None and invalid["error"]["code"] == -32600
+
+
+async def test_a_failure_behind_a_request_still_gets_a_json_rpc_error_reply() -> None:
+    from services.gateway.service import CommandService
+    from services.settings import Settings
+
+    class Broken(CommandService):
+        async def handle_value(self, op: str, raw: object) -> dict[str, Any]:
+            raise TimeoutError("nats went away")
+
+    broken = Broken(object(), Settings(), object())  # type: ignore[arg-type]
+    message = request("session/remind", {"sessionId": "s", "body": "x"}, request_id=9)
+    response = await broken.handle_rpc(orjson.dumps(message))
+    assert response == {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "error": {"code": -32000, "message": "unavailable", "data": {"code": "unavailable"}},
+    }
+    notification = {"jsonrpc": "2.0", "method": "notifications/reminder", "params": {}}
+    assert await broken.handle_rpc(orjson.dumps(notification)) is None
