@@ -76,6 +76,8 @@ def build_service(
     """
     broker = NatsBroker(
         settings.nats_url,
+        # FastStream's access log goes through our JSON formatter and its allow-list.
+        logger=logging.getLogger("reminders.faststream"),
         log_level=logging.DEBUG,
         graceful_timeout=10.0,
         security=broker_security(settings),
