@@ -18,6 +18,7 @@ from pathlib import Path
 import nats
 
 from bench.common import embedded_server, emit, rate
+from contracts.events import Event
 from contracts.state import SessionState
 from core import handle
 from services.client import ReminderClient
@@ -27,28 +28,33 @@ from services.supervisor import spawn_service, stop_all, wait_ready
 from tests.support import context_for
 
 
+def inject_events(prefix: str, count: int) -> list[tuple[str, tuple[Event, ...]]]:
+    """One decided inject per fresh session, prepared before any timing starts."""
+    return [
+        (
+            f"{prefix}-{n}",
+            handle(
+                SessionState(),
+                "inject",
+                {"session_id": f"{prefix}-{n}", "reminder": {"body": "x"}},
+                context_for(n + 1),
+            ).events,
+        )
+        for n in range(count)
+    ]
+
+
 async def raw_baselines(url: str, count: int) -> dict[str, float]:
     nc = await nats.connect(url)
     js = nc.jetstream()
+    batches, plain_events = inject_events("raw", count), inject_events("plain", count)
     started = time.perf_counter()
-    for n in range(count):
-        events = handle(
-            SessionState(),
-            "inject",
-            {"session_id": f"raw-{n}", "reminder": {"body": "x"}},
-            context_for(n + 1),
-        ).events
-        await publish_atomic(nc, [SessionAppend(f"raw-{n}", 0, events)], f"raw-batch-{n}")
+    for session_id, events in batches:
+        await publish_atomic(nc, [SessionAppend(session_id, 0, events)], f"batch-{session_id}")
     atomic = rate(count, time.perf_counter() - started)
     started = time.perf_counter()
-    for n in range(count):
-        events = handle(
-            SessionState(),
-            "inject",
-            {"session_id": f"plain-{n}", "reminder": {"body": "x"}},
-            context_for(n + 1),
-        ).events
-        await js.publish(f"transcript.reminder.injected.plain-{n}", encode_event(events[0]))
+    for session_id, events in plain_events:
+        await js.publish(f"transcript.reminder.injected.{session_id}", encode_event(events[0]))
     plain = rate(count, time.perf_counter() - started)
     await nc.close()
     return {"raw_atomic_batch_per_command_per_s": atomic, "raw_plain_publish_per_s": plain}

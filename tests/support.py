@@ -76,3 +76,15 @@ class Driver:
     def queued_ids(self) -> list[str]:
         """Queued reminder ids in FIFO order."""
         return [row.reminder.id or "" for row in self.state.queued]
+
+
+def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key/index path inside a JSON value (for tampering with any nested field)."""
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += json_paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += json_paths(child, (*prefix, index))
+    return found

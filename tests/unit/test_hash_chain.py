@@ -19,7 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from core import CoreConfig, canonical_json
-from tests.support import Driver
+from tests.support import Driver, json_paths
 
 # ---------------------------------------------------------------------------------------------
 # The auditor's verifier: standard library only.
@@ -156,18 +156,7 @@ def test_events_hold_no_floats_so_the_canonical_form_is_unambiguous() -> None:
 # Tampering: every edit, deletion, insertion or reordering breaks verification.
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            found += _paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            found += _paths(child, (*prefix, index))
-    return found
-
-
-PATHS = [(index, path) for index, event in enumerate(exported()) for path in _paths(event)]
+PATHS = [(index, path) for index, event in enumerate(exported()) for path in json_paths(event)]
 VALUES = st.recursive(
     st.none()
     | st.booleans()

@@ -43,7 +43,7 @@ from core import (
     handle,
     sha256_hex,
 )
-from tests.support import Driver, context_for
+from tests.support import Driver, context_for, json_paths
 
 SESSION = "s1"
 
@@ -642,23 +642,12 @@ def _populated_state() -> SessionState:
 STATES = st.sampled_from([SessionState(), _populated_state()])
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            found += _paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            found += _paths(child, (*prefix, index))
-    return found
-
-
 @st.composite
 def mutated_commands(draw: st.DrawFn) -> tuple[str, Any]:
     """A template with one field replaced, deleted or one key added."""
     op = draw(st.sampled_from(sorted(TEMPLATES)))
     raw = copy.deepcopy(TEMPLATES[op])
-    path = draw(st.sampled_from(_paths(raw)))
+    path = draw(st.sampled_from(json_paths(raw)))
     parent = raw
     for part in path[:-1]:
         parent = parent[part]
