@@ -22,6 +22,8 @@ COPY contracts ./contracts
 COPY core ./core
 COPY services ./services
 COPY replay ./replay
+COPY cli ./cli
+COPY client ./client
 RUN pip install --no-deps . \
  && reminders --help > /dev/null
 

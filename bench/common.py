@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from services.embedded import EmbeddedNats
+from cli.embedded import EmbeddedNats
 
 RESULTS = Path(__file__).parent / "results"
 

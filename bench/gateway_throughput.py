@@ -18,13 +18,13 @@ from pathlib import Path
 import nats
 
 from bench.common import embedded_server, emit, rate
+from cli.supervisor import spawn_service, stop_all, wait_ready
+from client.sdk import ReminderClient
 from contracts.events import Event
 from contracts.state import SessionState
 from core import handle
-from services.client import ReminderClient
-from services.jetstream import SessionAppend, encode_event, provision, publish_atomic
-from services.settings import Settings
-from services.supervisor import spawn_service, stop_all, wait_ready
+from services.adapters.jetstream import SessionAppend, encode_event, provision, publish_atomic
+from services.adapters.settings import Settings
 from tests.support import context_for
 
 

@@ -23,15 +23,15 @@ import nats
 from nats.js.api import DeliverPolicy
 
 from bench.common import embedded_server, emit, max_rss_mib, rate
+from cli.supervisor import spawn_service, stop_all, wait_ready
 from contracts.state import SessionState
 from core import fold_all, handle
 from replay.engine import replay
+from replay.rebuild import read_all_sessions
 from replay.source import rows_from_nats
-from services.jetstream import SessionAppend, provision, publish_atomic
+from services.adapters.jetstream import SessionAppend, provision, publish_atomic
+from services.adapters.settings import Settings
 from services.projector.consumer import consumer_info
-from services.rebuild import read_all_sessions
-from services.settings import Settings
-from services.supervisor import spawn_service, stop_all, wait_ready
 from tests.support import context_for
 
 

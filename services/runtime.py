@@ -17,12 +17,12 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy as ConsumerAckPolicy
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from services.connection import connect
-from services.credentials import broker_security
-from services.http import HealthServer
-from services.jetstream import provision
-from services.settings import Settings
-from services.telemetry import traced
+from services.adapters.connection import connect
+from services.adapters.credentials import broker_security
+from services.adapters.http import HealthServer
+from services.adapters.jetstream import provision
+from services.adapters.settings import Settings
+from services.adapters.telemetry import traced
 
 Hook = Callable[["ServiceRuntime"], Awaitable[None]]
 

@@ -16,9 +16,9 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from services.embedded import EmbeddedNats
-from services.jetstream import provision
-from services.settings import Settings
+from cli.embedded import EmbeddedNats
+from services.adapters.jetstream import provision
+from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 

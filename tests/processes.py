@@ -6,8 +6,8 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.settings import Settings
-from services.supervisor import ServiceProcess, spawn_service, stop_all, wait_ready
+from cli.supervisor import ServiceProcess, spawn_service, stop_all, wait_ready
+from services.adapters.settings import Settings
 
 
 @dataclass

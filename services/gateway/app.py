@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from faststream import FastStream
 
+from services.adapters.settings import Settings
+from services.adapters.telemetry import GatewayMetrics, meter_provider, tracer_provider
 from services.gateway.committer import GroupCommitter
 from services.gateway.listener import CommandListener
 from services.gateway.service import CommandService
 from services.runtime import ServiceRuntime, build_service
-from services.settings import Settings
-from services.telemetry import GatewayMetrics, meter_provider, tracer_provider
 
 
 @dataclass

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from services.ids import new_uuid7
-from services.jetstream import (
+from services.adapters.ids import new_uuid7
+from services.adapters.jetstream import (
     ERR_DUPLICATE_MSG_ID,
     ERR_WRONG_LAST_SEQUENCE,
     JetStreamApiError,

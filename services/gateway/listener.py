@@ -19,8 +19,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry.trace import SpanKind, Tracer
 
+from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
 from services.gateway.service import CommandService
-from services.telemetry import MESSAGING_SYSTEM, extract_context
 
 log = logging.getLogger("reminders.gateway")
 

@@ -21,10 +21,10 @@ from contracts.errors import ErrorCode
 from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from core.canonical import session_subject_filter, session_token
-from services.ids import utc_now_millis
-from services.jetstream import last_session_seq
-from services.projector.records import Tombstone, decode_record
-from services.settings import Settings
+from services.adapters.ids import utc_now_millis
+from services.adapters.jetstream import last_session_seq
+from services.adapters.records import Tombstone, decode_record
+from services.adapters.settings import Settings
 
 DEFAULT_TIMEOUT_MS = 2000
 

@@ -35,6 +35,10 @@ from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from core import decide, fold_all
 from core.decide import with_inline
+from services.adapters.ids import fresh_context
+from services.adapters.jetstream import SessionAppend, decode_event, read_session
+from services.adapters.settings import Settings
+from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.committer import (
     CommitConflict,
     CommitFailed,
@@ -43,10 +47,6 @@ from services.gateway.committer import (
 )
 from services.gateway.queries import ProjectionReader, pending_injections
 from services.gateway.rpc import handle_rpc
-from services.ids import fresh_context
-from services.jetstream import SessionAppend, decode_event, read_session
-from services.settings import Settings
-from services.telemetry import GatewayMetrics, inject_traceparent
 
 log = logging.getLogger("reminders.gateway")
 

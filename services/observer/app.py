@@ -20,10 +20,10 @@ from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 from pydantic import ValidationError
 
 from contracts import events as ev
-from services.deadletter import dead_letter_message
+from services.adapters.deadletter import dead_letter_message
+from services.adapters.settings import Settings
+from services.adapters.telemetry import meter_provider
 from services.runtime import ServiceRuntime, build_service, durable_consumer
-from services.settings import Settings
-from services.telemetry import meter_provider
 
 log = logging.getLogger("reminders.observer")
 DURABLE = "observer"

@@ -7,7 +7,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from services.deadletter import send_to_dlq
+from services.adapters.deadletter import send_to_dlq
 from services.projector.apply import Delivery, StaleRevision
 
 

@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from opentelemetry.trace import Span, SpanKind, Tracer
 
-from services.connection import connect
-from services.http import HealthServer
-from services.jetstream import provision
-from services.projector.adapters import JetStreamDeadLetters, KvSessionStore, NatsDelivery
-from services.projector.apply import Projector, Verdict
-from services.projector.consumer import next_batch, pinned_consumer_config, upsert_consumer
-from services.settings import Settings
-from services.telemetry import (
+from services.adapters.connection import connect
+from services.adapters.http import HealthServer
+from services.adapters.jetstream import provision
+from services.adapters.settings import Settings
+from services.adapters.telemetry import (
     MESSAGING_SYSTEM,
     ProjectorMetrics,
     extract_context,
     meter_provider,
     tracer_provider,
 )
+from services.projector.adapters import JetStreamDeadLetters, KvSessionStore, NatsDelivery
+from services.projector.apply import Projector, Verdict
+from services.projector.consumer import next_batch, pinned_consumer_config, upsert_consumer
 
 log = logging.getLogger("reminders.projector")
 

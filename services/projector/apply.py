@@ -24,7 +24,7 @@ from contracts.events import SCHEMA_V1, Event
 from contracts.state import DegradedMark, SessionState
 from core import fold
 from core.canonical import links
-from services.projector.records import Tombstone, decode_record, encode_state
+from services.adapters.records import Tombstone, decode_record, encode_state
 
 log = logging.getLogger("reminders.projector")
 

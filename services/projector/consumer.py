@@ -16,7 +16,7 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from services.jetstream import JetStreamApiError
+from services.adapters.jetstream import JetStreamApiError
 
 NS = 1_000_000_000
 H_PIN_ID = "Nats-Pin-Id"

@@ -18,10 +18,10 @@ from nats.js.api import ConsumerConfig
 from pydantic import ValidationError
 
 from contracts.events import Event, HandedOff
-from services.deadletter import dead_letter_message
+from services.adapters.deadletter import dead_letter_message
+from services.adapters.settings import Settings
+from services.adapters.telemetry import inject_traceparent
 from services.runtime import ServiceRuntime, build_service, durable_consumer
-from services.settings import Settings
-from services.telemetry import inject_traceparent
 
 log = logging.getLogger("reminders.propagator")
 

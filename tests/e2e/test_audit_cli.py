@@ -13,10 +13,10 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from cli.demo import DEMO_SCRIPT
+from client.sdk import ReminderClient
 from replay.source import ReadStats, rows_from_nats
-from services.client import ReminderClient
-from services.demo import DEMO_SCRIPT
-from services.settings import Settings
+from services.adapters.settings import Settings
 from tests.golden.regen import GOLDEN_DIR
 from tests.integration.read_side import canonical, projected, wait_projected_equal
 from tests.processes import ServiceRunner
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def reminders(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         capture_output=True,
         timeout=timeout,
         cwd=ROOT,

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def reminders(*args: str) -> subprocess.CompletedProcess[str]:
     executable = shutil.which("reminders", path=str(Path(sys.executable).parent))
-    command = [executable] if executable else [sys.executable, "-m", "services.cli"]
+    command = [executable] if executable else [sys.executable, "-m", "cli.main"]
     return subprocess.run(
         [*command, *args],
         capture_output=True,

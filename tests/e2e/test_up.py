@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def reminders_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "services.cli", *args]
+    return [sys.executable, "-m", "cli.main", *args]
 
 
 def test_up_with_the_demo_drives_a_session_through_the_bus_and_stops_cleanly(

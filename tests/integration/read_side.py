@@ -11,9 +11,9 @@ from nats.aio.client import Client
 from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import session_token
-from services.jetstream import decode_event, read_session
-from services.projector.records import Tombstone, decode_record
-from services.settings import Settings
+from services.adapters.jetstream import decode_event, read_session
+from services.adapters.records import Tombstone, decode_record
+from services.adapters.settings import Settings
 
 
 async def replayed(nc: Client, settings: Settings, session_id: str) -> SessionState:

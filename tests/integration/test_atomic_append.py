@@ -12,8 +12,7 @@ from contracts.events import Event
 from contracts.state import SessionState
 from core import fold_all, handle
 from core.canonical import event_subject
-from services.gateway.committer import CommitConflict, GroupCommitter
-from services.jetstream import (
+from services.adapters.jetstream import (
     H_BATCH_COMMIT,
     H_BATCH_ID,
     H_BATCH_SEQ,
@@ -24,7 +23,8 @@ from services.jetstream import (
     publish_atomic,
     read_session,
 )
-from services.settings import Settings
+from services.adapters.settings import Settings
+from services.gateway.committer import CommitConflict, GroupCommitter
 from tests.support import context_for
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from client.sdk import ReminderClient
 from core.canonical import event_subject
-from services.client import ReminderClient
-from services.settings import Settings
+from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def doctor(url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", "doctor", "--nats-url", url],
+        [sys.executable, "-m", "cli.main", "doctor", "--nats-url", url],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,12 +9,12 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from client.sdk import ReminderClient
 from contracts.events import Event
 from core import chain_link
 from core.canonical import session_token
-from services.client import ReminderClient
-from services.jetstream import decode_event, read_session
-from services.settings import Settings
+from services.adapters.jetstream import decode_event, read_session
+from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 

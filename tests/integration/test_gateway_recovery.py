@@ -9,10 +9,10 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from services.adapters.jetstream import SessionAppend, decode_event, read_session
+from services.adapters.settings import Settings
 from services.gateway.committer import CommitUncertain, GroupCommitter
 from services.gateway.service import CommandService
-from services.jetstream import SessionAppend, decode_event, read_session
-from services.settings import Settings
 
 
 class LostAckCommitter(GroupCommitter):

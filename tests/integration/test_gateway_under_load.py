@@ -9,14 +9,14 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
+from client.sdk import ReminderClient
 from contracts.errors import ReminderError
 from contracts.state import SessionState
 from core import fold_all
-from services.client import ReminderClient
+from services.adapters.jetstream import decode_event, read_session
+from services.adapters.settings import Settings
 from services.gateway.committer import GroupCommitter
 from services.gateway.service import CommandService
-from services.jetstream import decode_event, read_session
-from services.settings import Settings
 from tests.processes import ServiceRunner
 
 UNLIMITED = {"REMINDERS_RATE_LIMIT": "100000"}

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from services.client import ReminderClient
-from services.connection import connect
-from services.jetstream import read_session
-from services.settings import Settings
+from client.sdk import ReminderClient
+from services.adapters.connection import connect
+from services.adapters.jetstream import read_session
+from services.adapters.settings import Settings
 from tests.conftest import NatsUnderTest
 from tests.processes import ServiceRunner
 

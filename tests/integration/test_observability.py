@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from services.client import ReminderClient
-from services.settings import Settings
+from client.sdk import ReminderClient
+from services.adapters.settings import Settings
 from tests.integration.read_side import wait_projected_equal
 from tests.processes import ServiceRunner
 

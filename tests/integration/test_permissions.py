@@ -13,9 +13,9 @@ from pathlib import Path
 import nats
 import pytest
 
-from services.client import ReminderClient
-from services.embedded import EmbeddedNats
-from services.settings import Settings
+from cli.embedded import EmbeddedNats
+from client.sdk import ReminderClient
+from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def test_the_replay_user_can_replay_and_export_read_only(
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "cli.main",
             "replay",
             "audited",
             "--nats",

@@ -8,11 +8,11 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from client.sdk import ReminderClient
 from contracts.state import SessionState
-from services.client import ReminderClient
-from services.jetstream import read_session
-from services.projector.records import Tombstone
-from services.settings import Settings
+from services.adapters.jetstream import read_session
+from services.adapters.records import Tombstone
+from services.adapters.settings import Settings
 from tests.integration.read_side import projected, replayed, wait_projected_equal
 from tests.processes import ServiceRunner
 

@@ -6,8 +6,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import StorageType, StreamConfig
 
-from services.jetstream import ProvisionError, event_stream_config, provision
-from services.settings import Settings
+from services.adapters.jetstream import ProvisionError, event_stream_config, provision
+from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 

@@ -7,9 +7,9 @@ import asyncio
 import orjson
 from nats.aio.client import Client
 
+from client.sdk import ReminderClient
 from core.canonical import event_subject
-from services.client import ReminderClient
-from services.settings import Settings
+from services.adapters.settings import Settings
 from tests.integration.read_side import canonical, projected, replayed, wait_projected_equal
 from tests.processes import ServiceRunner
 

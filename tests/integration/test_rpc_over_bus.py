@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from services.jetstream import read_session
-from services.settings import Settings
+from services.adapters.jetstream import read_session
+from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 

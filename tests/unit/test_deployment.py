@@ -22,8 +22,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from services import cli
-from services.embedded import nats_server_binary
+from cli import main as cli
+from cli.embedded import nats_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"

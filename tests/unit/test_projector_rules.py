@@ -11,8 +11,8 @@ from contracts.events import Event
 from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import event_subject
+from services.adapters.records import Tombstone, decode_record, encode_state
 from services.projector.apply import Delivery, Projector, StaleRevision, Verdict
-from services.projector.records import Tombstone, decode_record, encode_state
 from tests.support import Driver
 
 

@@ -195,8 +195,8 @@ async def test_unknown_methods_and_invalid_requests_get_the_standard_codes() -> 
 
 
 async def test_a_failure_behind_a_request_still_gets_a_json_rpc_error_reply() -> None:
+    from services.adapters.settings import Settings
     from services.gateway.service import CommandService
-    from services.settings import Settings
 
     class Broken(CommandService):
         async def handle_value(self, op: str, raw: object) -> dict[str, Any]:

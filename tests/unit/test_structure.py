@@ -60,7 +60,7 @@ def test_the_checked_in_json_schemas_are_up_to_date() -> None:
 
 
 def test_the_checked_in_asyncapi_document_is_up_to_date() -> None:
-    from services.asyncapi import ASYNCAPI_PATH, render_asyncapi
+    from cli.asyncapi import ASYNCAPI_PATH, render_asyncapi
 
     assert ASYNCAPI_PATH.read_text(encoding="utf-8") == render_asyncapi(), (
         "run `reminders asyncapi`"
@@ -70,7 +70,7 @@ def test_the_checked_in_asyncapi_document_is_up_to_date() -> None:
 def test_the_asyncapi_document_names_every_subject_with_its_payload() -> None:
     import json
 
-    from services.asyncapi import ASYNCAPI_PATH
+    from cli.asyncapi import ASYNCAPI_PATH
 
     document = json.loads(ASYNCAPI_PATH.read_text(encoding="utf-8"))
     channels = set(document["channels"])

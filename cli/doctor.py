@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import nats
 from nats.aio.client import Client
 
-from services.connection import NatsUnreachable, connect
-from services.jetstream import (
+from services.adapters.connection import NatsUnreachable, connect
+from services.adapters.jetstream import (
     _contradictions,
     _needs_update,
     event_stream_config,
     side_stream_configs,
 )
-from services.settings import Settings
+from services.adapters.settings import Settings
 
 WORKERS = ("projector", "propagator", "observer")
 LAG_WARNING = 10_000

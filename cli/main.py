@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from services.settings import Settings
+from services.adapters.settings import Settings
 
 SERVICE_NAMES = ("gateway", "projector", "propagator", "observer")
 
@@ -28,7 +28,7 @@ def demo(
 ) -> None:
     """Drive a scripted agent session through the pure core (no server) and print every
     command, the events it appended and the envelopes rendered."""
-    from services.demo import print_demo
+    from cli.demo import print_demo
 
     print_demo(Console(), show_log=log)
 
@@ -56,7 +56,7 @@ def up(
 ) -> None:
     """Start NATS with JetStream (embedded unless --nats-url), provision the streams and run
     every service as its own process until Ctrl-C."""
-    from services.up import UpError, bring_up, run_demo_on_bus, wait_for_interrupt
+    from cli.up import UpError, bring_up, run_demo_on_bus, wait_for_interrupt
 
     console = Console()
     settings = Settings.from_env(data_dir=data_dir, nats_url=nats_url)
@@ -85,7 +85,7 @@ def serve(
     ),
 ) -> None:
     """Run one service in the foreground (configuration from REMINDERS_* variables)."""
-    from services.logs import configure_logging
+    from services.adapters.logs import configure_logging
 
     configure_logging()
     settings = Settings.from_env()
@@ -152,7 +152,7 @@ def doctor(
     dead-letter stream; exit 1 with a row per failure."""
     from rich.table import Table
 
-    from services.doctor import run_checks
+    from cli.doctor import run_checks
 
     settings = Settings.from_env(nats_url=nats_url)
     checks = asyncio.run(run_checks(settings))
@@ -176,7 +176,7 @@ def asyncapi(
     ),
 ) -> None:
     """Regenerate the AsyncAPI document of every subject into contracts/asyncapi.json."""
-    from services.asyncapi import ASYNCAPI_PATH, render_asyncapi, write_asyncapi
+    from cli.asyncapi import ASYNCAPI_PATH, render_asyncapi, write_asyncapi
 
     if check:
         current = ASYNCAPI_PATH.read_text(encoding="utf-8") if ASYNCAPI_PATH.exists() else ""
@@ -188,7 +188,7 @@ def asyncapi(
 
 
 def _register_audit_commands() -> None:
-    from replay.cli import register
+    from cli.audit import register
 
     register(app)
 

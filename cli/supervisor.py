@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.embedded import free_port
-from services.settings import Settings
+from cli.embedded import free_port
+from services.adapters.settings import Settings
 
 
 class SupervisorError(RuntimeError):
@@ -69,7 +69,7 @@ def spawn_service(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "serve", name],
+            [sys.executable, "-m", "cli.main", "serve", name],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

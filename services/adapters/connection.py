@@ -8,8 +8,8 @@ import logging
 import nats
 from nats.aio.client import Client
 
-from services.credentials import nats_kwargs
-from services.settings import Settings
+from services.adapters.credentials import nats_kwargs
+from services.adapters.settings import Settings
 
 log = logging.getLogger("reminders.nats")
 

@@ -19,9 +19,9 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
-from services.ids import new_uuid7
-from services.jetstream import SessionAppend, last_session_seq, publish_atomic
-from services.telemetry import inject_traceparent
+from services.adapters.ids import new_uuid7
+from services.adapters.jetstream import SessionAppend, last_session_seq, publish_atomic
+from services.adapters.telemetry import inject_traceparent
 
 
 class ReminderClient:

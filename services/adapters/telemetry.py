@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from prometheus_client import REGISTRY, generate_latest
 
-from services.settings import Settings
+from services.adapters.settings import Settings
 
 _PROVIDER: MeterProvider | None = None
 _TRACER_PROVIDER: TracerProvider | None = None

@@ -14,7 +14,7 @@ from faststream.nats.security import (
 )
 from faststream.security import BaseSecurity
 
-from services.settings import Settings
+from services.adapters.settings import Settings
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:

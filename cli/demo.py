@@ -16,7 +16,7 @@ from rich.table import Table
 from contracts.state import SessionState
 from core import canonical_json, fold_all, handle
 from core.config import CoreConfig
-from services.ids import fresh_context
+from services.adapters.ids import fresh_context
 
 DEMO_SESSION = "demo-session"
 DEMO_CHILD = "demo-child"

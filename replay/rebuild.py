@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from contracts.state import SessionState
 from replay.source import EVENT_FILTER, Row, iterate_stream
+from services.adapters.records import Tombstone, decode_record, encode_state
 from services.projector.adapters import KvSessionStore
 from services.projector.apply import (
     Delivery,
@@ -26,7 +27,6 @@ from services.projector.apply import (
     project,
     token_of,
 )
-from services.projector.records import Tombstone, decode_record, encode_state
 
 Progress = Callable[[int, int], None]
 

@@ -27,7 +27,7 @@ from nats.js.errors import NotFoundError
 
 from contracts.events import Event
 from core.canonical import event_subject, session_subject_filter
-from services.settings import Settings
+from services.adapters.settings import Settings
 
 H_MSG_ID = "Nats-Msg-Id"
 H_BATCH_ID = "Nats-Batch-Id"

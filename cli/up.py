@@ -11,9 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from services.client import ReminderClient
-from services.connection import NatsUnreachable, connect
-from services.demo import (
+from cli.demo import (
     DEMO_CHILD,
     DEMO_SCRIPT,
     DEMO_SESSION,
@@ -21,16 +19,18 @@ from services.demo import (
     print_projection,
     print_step,
 )
-from services.embedded import EmbeddedNats
-from services.jetstream import decode_event, provision, read_session
-from services.settings import Settings
-from services.supervisor import (
+from cli.embedded import EmbeddedNats
+from cli.supervisor import (
     ServiceProcess,
     SupervisorError,
     spawn_service,
     stop_all,
     wait_ready,
 )
+from client.sdk import ReminderClient
+from services.adapters.connection import NatsUnreachable, connect
+from services.adapters.jetstream import decode_event, provision, read_session
+from services.adapters.settings import Settings
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.
 SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator", "observer")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from services.telemetry import metrics_text
+from services.adapters.telemetry import metrics_text
 
 Probe = Callable[[], bool]
 

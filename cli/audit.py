@@ -50,8 +50,8 @@ class Format(StrEnum):
 
 def _credentials() -> dict[str, Any]:
     """NATS credentials from REMINDERS_NATS_* variables (the auditor's own user)."""
-    from services.credentials import nats_kwargs
-    from services.settings import Settings
+    from services.adapters.credentials import nats_kwargs
+    from services.adapters.settings import Settings
 
     return nats_kwargs(Settings.from_env())
 
@@ -232,7 +232,7 @@ def rebuild_command(
     ),
 ) -> None:
     """Rebuild the whole projection from the log (safe while the services run)."""
-    from services.rebuild import rebuild
+    from replay.rebuild import rebuild
 
     async def go() -> None:
         nc = await connect_for_replay(nats_url, _credentials())
@@ -263,7 +263,7 @@ def verify_projection_command(
     ),
 ) -> None:
     """Compare every projected state with a replay of the log; exit 1 on any mismatch."""
-    from services.rebuild import verify_projection
+    from replay.rebuild import verify_projection
 
     if session_id is not None and all_sessions:
         fail("name one SESSION_ID or pass --all, not both")

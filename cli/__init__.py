@@ -1,0 +1,1 @@
+"""The `reminders` command line, on top of the services, the replay library and the client."""
