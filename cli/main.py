@@ -91,24 +91,11 @@ def serve(
     settings = Settings.from_env()
     if service not in SERVICE_NAMES:
         _fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICE_NAMES)}")
+    from services.runtime import serve as serve_worker
+    from services.workers import WORKERS
+
     try:
-        if service == "gateway":
-            from services.gateway.app import build_gateway
-
-            asyncio.run(build_gateway(settings)[0].run())
-        elif service == "propagator":
-            from services.propagator.app import build_propagator
-
-            asyncio.run(build_propagator(settings)[0].run())
-        elif service == "observer":
-            from services.observer.app import build_observer
-
-            asyncio.run(build_observer(settings)[0].run())
-        elif service == "projector":
-            from services.projector.app import serve_projector
-
-            serve_projector(settings)
-
+        serve_worker(WORKERS[service](settings), settings)
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # one readable line instead of a traceback

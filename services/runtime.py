@@ -1,122 +1,109 @@
-"""The lifecycle every FastStream service shares: connect, provision, probes, ready, stop.
+"""One runtime for every worker: connect, check the streams, probes, ready, signals, drain.
 
-Each service passes what it adds on start and on stop; this module owns the order:
-connect and provision before the broker consumes, ready only once it does, not ready as soon
-as shutdown begins, and its own resources released only after in-flight handlers finished.
+A worker is the few things that differ — its name, what it sets up, its main loop — and this
+module owns the order they run in: connect and check the configuration before anything is
+consumed, ready only once the loop runs, not ready as soon as shutdown begins, and the
+connection drained (acks flushed) only after the loop and the worker's own stop finished.
+
+Why the workers read with nats-py rather than through FastStream subscribers: every worker
+here is a hot path or a pinned consumer. FastStream's per-message pull pipeline runs several
+times slower than a raw `fetch` + ack (see `bench/results/`), it cannot express the
+projector's pinned-client priority group, and its idle pull subscribers log timeouts as
+errors. So the workers pull with nats-py in batches, and FastStream keeps what it does well
+here: generating the AsyncAPI document of every subject (`cli/asyncapi.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import signal
 from dataclasses import dataclass
+from typing import Protocol
 
-from faststream import FastStream
-from faststream.nats import NatsBroker
 from nats.aio.client import Client
-from nats.js.api import AckPolicy as ConsumerAckPolicy
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js import JetStreamContext
 
 from services.adapters.connection import connect
-from services.adapters.credentials import broker_security
 from services.adapters.http import HealthServer
 from services.adapters.jetstream import provision
 from services.adapters.settings import Settings
-from services.adapters.telemetry import traced
-
-Hook = Callable[["ServiceRuntime"], Awaitable[None]]
 
 
 @dataclass
-class ServiceRuntime:
-    """What a running service holds."""
+class Runtime:
+    """What a running worker holds."""
 
     name: str
     settings: Settings
     nc: Client | None = None
-    health: HealthServer | None = None
     ready: bool = False
 
     @property
     def connection(self) -> Client:
-        """The raw nats-py connection (set once started)."""
-        assert self.nc is not None, "the service has not started"
+        """The nats-py connection (set once started)."""
+        assert self.nc is not None, "the worker has not started"
         return self.nc
 
+    @property
+    def js(self) -> JetStreamContext:
+        """A JetStream context on the connection."""
+        return self.connection.jetstream()
+
     def is_ready(self) -> bool:
-        """Connected and consuming."""
+        """Connected and running its loop."""
         return self.ready and self.nc is not None and self.nc.is_connected
 
 
-def durable_consumer(durable: str, filter_subject: str, max_ack_pending: int) -> ConsumerConfig:
-    """An explicit-ack durable consumer from the start of the stream that never gives up."""
-    return ConsumerConfig(
-        durable_name=durable,
-        filter_subject=filter_subject,
-        ack_policy=ConsumerAckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=30.0,
-        max_ack_pending=max_ack_pending,
-        max_deliver=-1,
-    )
+class Worker(Protocol):
+    """A service: what it sets up, its main loop, and what it releases."""
+
+    name: str
+
+    async def start(self, runtime: Runtime) -> None:
+        """Set up consumers, subscriptions and instruments (connected, not yet ready)."""
+
+    async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set."""
+
+    async def stop(self, runtime: Runtime) -> None:
+        """Release what `start` set up; the connection is still open."""
 
 
-def build_service(
-    name: str,
-    settings: Settings,
-    *,
-    consumer: ConsumerConfig | None = None,
-    on_start: Hook | None = None,
-    on_stop: Hook | None = None,
-) -> tuple[FastStream, NatsBroker, ServiceRuntime]:
-    """A FastStream app with its broker and runtime; nothing connects until it runs.
-
-    `consumer`, when given, is applied to the durable consumer at every start: an existing
-    durable otherwise keeps its old configuration silently.
-    """
-    broker = NatsBroker(
-        settings.nats_url,
-        # FastStream's access log goes through our JSON formatter and its allow-list.
-        logger=logging.getLogger("reminders.faststream"),
-        log_level=logging.DEBUG,
-        graceful_timeout=10.0,
-        security=broker_security(settings),
-        middlewares=[traced(settings, f"reminders-{name}")],
-    )
-    app = FastStream(broker, logger=logging.getLogger("reminders.faststream"))
-    runtime = ServiceRuntime(name, settings)
-
-    @app.on_startup
-    async def start() -> None:
-        runtime.nc = await connect(settings, f"reminders-{name}")
-        js = runtime.nc.jetstream()
-        await provision(js, settings)
-        if consumer is not None:
-            await js.add_consumer(settings.stream, consumer)
-        if on_start is not None:
-            await on_start(runtime)
-        runtime.health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
-        await runtime.health.start()
-        logging.getLogger(f"reminders.{name}").info(
-            f"{name} starting", extra={"http_port": runtime.health.port}
-        )
-
-    @app.after_startup
-    async def mark_ready() -> None:
+async def run_worker(worker: Worker, settings: Settings, stop: asyncio.Event) -> None:
+    """Run one worker until `stop` is set, in the order the module docstring gives."""
+    log = logging.getLogger(f"reminders.{worker.name}")
+    runtime = Runtime(worker.name, settings)
+    runtime.nc = await connect(settings, f"reminders-{worker.name}")
+    health: HealthServer | None = None
+    try:
+        await provision(runtime.js, settings)
+        await worker.start(runtime)
+        health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
+        await health.start()
+        log.info(f"{worker.name} starting", extra={"http_port": health.port})
         runtime.ready = True
-
-    @app.on_shutdown
-    async def not_ready() -> None:
+        await worker.run(runtime, stop)
+    finally:
         runtime.ready = False
+        try:
+            await worker.stop(runtime)
+        finally:
+            if health is not None:
+                await health.stop()
+            if runtime.connection.is_connected:
+                await runtime.connection.drain()  # acks are plain publishes: flush them
 
-    @app.after_shutdown
-    async def stop() -> None:
-        # The broker has drained its in-flight handlers by now.
-        if on_stop is not None:
-            await on_stop(runtime)
-        if runtime.health is not None:
-            await runtime.health.stop()
-        if runtime.nc is not None:
-            await runtime.nc.drain()
 
-    return app, broker, runtime
+def serve(worker: Worker, settings: Settings) -> None:
+    """Run a worker in the foreground until SIGTERM or Ctrl-C."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(worker, settings, stop)
+
+    asyncio.run(main())
+

@@ -1,18 +1,9 @@
-"""NATS credentials and TLS from settings, in the forms nats-py and FastStream take (§10)."""
+"""NATS credentials and TLS from settings, in the form nats-py takes (SPEC §10)."""
 
 from __future__ import annotations
 
 import ssl
 from typing import Any
-
-from faststream.nats.security import (
-    NatsCredentials,
-    NatsNKey,
-    NatsSecurity,
-    NatsToken,
-    NatsUserPassword,
-)
-from faststream.security import BaseSecurity
 
 from services.adapters.settings import Settings
 
@@ -49,22 +40,3 @@ def nats_kwargs(settings: Settings) -> dict[str, Any]:
         options["tls"] = context
     return options
 
-
-def broker_security(settings: Settings) -> BaseSecurity | None:
-    """The same credentials for a FastStream `NatsBroker`."""
-    context = ssl_context(settings)
-    if settings.nats_user is not None:
-        return NatsUserPassword(
-            username=settings.nats_user,
-            password=settings.nats_password or "",
-            ssl_context=context,
-        )
-    if settings.nats_token is not None:
-        return NatsToken(token=settings.nats_token, ssl_context=context)
-    if settings.nats_creds_file is not None:
-        return NatsCredentials(credentials=str(settings.nats_creds_file), ssl_context=context)
-    if settings.nats_nkey_seed_file is not None:
-        return NatsNKey.from_file(str(settings.nats_nkey_seed_file), ssl_context=context)
-    if context is not None:
-        return NatsSecurity(ssl_context=context)
-    return None

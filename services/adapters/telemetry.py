@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.metrics import Counter, Histogram, Meter, NoOpMeter, Observation
+from opentelemetry.metrics import Counter, Histogram, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -21,6 +20,7 @@ from opentelemetry.sdk.trace.export import (
     ConsoleSpanExporter,
     SimpleSpanProcessor,
 )
+from opentelemetry.trace import Span, SpanKind, Tracer
 from prometheus_client import REGISTRY, generate_latest
 
 from services.adapters.settings import Settings
@@ -159,11 +159,28 @@ class ProjectorMetrics:
         )
 
 
-def traced(settings: Settings, service_name: str) -> NatsTelemetryMiddleware:
-    """FastStream's OpenTelemetry middleware: one consumer span per message, continuing the
-    `traceparent` it carries. Its metrics are switched off: they label by subject, and a
-    subject carries the session token (SPEC §10 keeps ids out of labels)."""
-    return NatsTelemetryMiddleware(
-        tracer_provider=tracer_provider(service_name, settings),
-        meter=NoOpMeter("faststream"),
+def consumer_span(
+    tracer: Tracer, subject: str, headers: dict[str, str] | None, group: str
+) -> Span | None:
+    """A consumer span continuing the trace a message carries (None for untraced messages).
+
+    It is named by the subject's kind, never its session token (SPEC §10 keeps ids out of
+    names and labels); the caller ends it, or makes it current with `use_span`.
+    """
+    if not headers or "traceparent" not in headers:
+        return None
+    tokens = subject.split(".")
+    destination = ".".join(tokens[:3]) if len(tokens) > 3 else subject
+    return tracer.start_span(
+        f"{destination} process",
+        context=extract_context(headers),
+        kind=SpanKind.CONSUMER,
+        attributes={
+            **MESSAGING_SYSTEM,
+            "messaging.destination.name": destination,
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.consumer.group.name": group,
+            "messaging.message.id": str(headers.get("Nats-Msg-Id", "")),
+        },
     )

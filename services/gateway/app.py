@@ -1,18 +1,17 @@
-"""Wiring of the gateway service: the shared FastStream lifecycle, a raw queue subscription
-on `reminders.v1.*` for commands (see `listener`), group commit on a raw JetStream client."""
+"""Wiring of the gateway: a queue subscription on `reminders.v1.*` for commands (see
+`listener`) and group commit of their atomic batches (see `committer`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from faststream import FastStream
+import asyncio
+from dataclasses import dataclass, field
 
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, meter_provider, tracer_provider
 from services.gateway.committer import GroupCommitter
 from services.gateway.listener import CommandListener
 from services.gateway.service import CommandService
-from services.runtime import ServiceRuntime, build_service
+from services.runtime import Runtime
 
 
 @dataclass
@@ -28,31 +27,42 @@ class GatewayParts:
         return self.service.active_sessions() if self.service is not None else 0
 
 
-def build_gateway(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
-    """The gateway app; nothing connects until it runs."""
-    parts = GatewayParts()
+@dataclass
+class Gateway:
+    """The gateway worker: commands in, atomic batches out, replies after the commit."""
 
-    async def start(runtime: ServiceRuntime) -> None:
+    settings: Settings
+    name: str = "gateway"
+    parts: GatewayParts = field(default_factory=GatewayParts)
+
+    async def start(self, runtime: Runtime) -> None:
+        """Start group commit and join the command queue group."""
+        parts = self.parts
         meter = meter_provider("reminders-gateway").get_meter("gateway")
-        metrics = GatewayMetrics.create(meter, lambda: parts.active_sessions())
+        metrics = GatewayMetrics.create(meter, parts.active_sessions)
         parts.committer = GroupCommitter(
             runtime.connection,
-            settings.max_batch_messages,
-            settings.request_timeout_s,
+            self.settings.max_batch_messages,
+            self.settings.request_timeout_s,
             on_batch=lambda size: metrics.batch_size.record(size),
         )
         parts.committer.start()
-        service = CommandService(runtime.connection, settings, parts.committer, metrics)
-        parts.service = service
-        tracer = tracer_provider("reminders-gateway", settings).get_tracer("reminders.gateway")
-        parts.listener = CommandListener(runtime.connection, service, tracer)
+        parts.service = CommandService(
+            runtime.connection, self.settings, parts.committer, metrics
+        )
+        tracer = tracer_provider("reminders-gateway", self.settings).get_tracer(
+            "reminders.gateway"
+        )
+        parts.listener = CommandListener(runtime.connection, parts.service, tracer)
         await parts.listener.start()
 
-    async def stop(runtime: ServiceRuntime) -> None:
-        if parts.listener is not None:
-            await parts.listener.stop()
-        if parts.committer is not None:
-            await parts.committer.stop()
+    async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
+        """Commands are served by the subscription's callbacks; wait for the stop."""
+        await stop.wait()
 
-    app, _, runtime = build_service("gateway", settings, on_start=start, on_stop=stop)
-    return app, runtime
+    async def stop(self, runtime: Runtime) -> None:
+        """Leave the queue group, answer what is in flight, then stop group commit."""
+        if self.parts.listener is not None:
+            await self.parts.listener.stop()
+        if self.parts.committer is not None:
+            await self.parts.committer.stop()

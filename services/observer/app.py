@@ -7,31 +7,29 @@ or any text. Span events carry ids and counts. For every `fired` event an ACP
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from faststream import AckPolicy, FastStream
-from faststream.nats import JStream, NatsMessage, PullSub
-from nats.js.api import ConsumerConfig
 from opentelemetry import trace
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
-from pydantic import ValidationError
 
 from contracts import events as ev
-from services.adapters.deadletter import dead_letter_message
+from core import session_token
 from services.adapters.settings import Settings
-from services.adapters.telemetry import meter_provider
-from services.runtime import ServiceRuntime, build_service, durable_consumer
+from services.adapters.telemetry import meter_provider, tracer_provider
+from services.consumer import ACK, EventConsumer, Outcome, durable_consumer
+from services.runtime import Runtime
 
 log = logging.getLogger("reminders.observer")
 DURABLE = "observer"
 
 
-def consumer_config() -> ConsumerConfig:
-    """The observer's durable consumer, applied at every start-up."""
-    return durable_consumer(DURABLE, "transcript.reminder.>", max_ack_pending=1000)
+#: Publishes one core NATS message (subject, body).
+Publish = Callable[[str, bytes], Awaitable[None]]
 
 
 def acp_notification(event: ev.Event) -> dict[str, Any]:
@@ -130,36 +128,42 @@ def span_event(event: ev.Event) -> None:
     trace.get_current_span().add_event(f"reminder.{event.kind}", attributes)
 
 
-def build_observer(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
-    """The observer app; nothing connects until it runs."""
-    app, broker, runtime = build_service(DURABLE, settings, consumer=consumer_config())
-    metrics = ObserverMetrics.create()
+async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publish) -> Outcome:
+    """Count one event, note it on the current span, and notify ACP clients of a `fired`."""
+    metrics.observe(event)
+    span_event(event)
+    if isinstance(event.payload, ev.Fired):
+        token = session_token(event.session_id)
+        await publish(f"reminders.v1.acp.{token}", orjson.dumps(acp_notification(event)))
+    return ACK
 
-    @broker.subscriber(
-        "transcript.reminder.>",
-        stream=JStream(settings.stream, declare=False),
-        durable=DURABLE,
-        config=consumer_config(),
-        pull_sub=PullSub(batch_size=100, timeout=1.0),
-        ack_policy=AckPolicy.MANUAL,
-    )
-    async def on_event(msg: NatsMessage) -> None:
-        raw = msg.raw_message
-        token = raw.subject.rsplit(".", 1)[-1]
-        try:
-            event = ev.Event.model_validate(orjson.loads(msg.body))
-        except (ValueError, ValidationError, orjson.JSONDecodeError) as exc:
-            await dead_letter_message(
-                runtime.connection.jetstream(), DURABLE, raw, "invalid_event", type(exc).__name__
-            )
-            await msg.ack()
-            return
-        metrics.observe(event)
-        span_event(event)
-        if isinstance(event.payload, ev.Fired):
-            await runtime.connection.publish(
-                f"reminders.v1.acp.{token}", orjson.dumps(acp_notification(event))
-            )
-        await msg.ack()
 
-    return app, runtime
+@dataclass
+class Observer:
+    """The observer worker: its own durable consumer of every event."""
+
+    settings: Settings
+    name: str = DURABLE
+    consumer: EventConsumer | None = None
+    metrics: ObserverMetrics | None = None
+
+    async def start(self, runtime: Runtime) -> None:
+        """Register the instruments and apply the consumer's configuration."""
+        self.metrics = ObserverMetrics.create()
+        tracer = tracer_provider("reminders-observer", self.settings).get_tracer(DURABLE)
+        self.consumer = EventConsumer(
+            durable_consumer(DURABLE, "transcript.reminder.>", max_ack_pending=1000),
+            batch=100,
+            tracer=tracer,
+        )
+        await self.consumer.ensure(runtime)
+
+    async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
+        """Observe events until stopped."""
+        assert self.consumer is not None and self.metrics is not None
+        metrics = self.metrics
+        publish = runtime.connection.publish
+        await self.consumer.run(runtime, lambda event: handle_event(event, metrics, publish), stop)
+
+    async def stop(self, runtime: Runtime) -> None:
+        """Nothing of its own to release."""

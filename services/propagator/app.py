@@ -1,40 +1,39 @@
-"""Wiring of the propagator: a durable pull consumer of `handed_off` events.
+"""The propagator: `handed_off` events become `inherit` commands on the child session.
 
-For each `handed_off` it asks the gateway to `inherit` into the child session, so the child's
-events go through the same optimistic-concurrency append as every command. The child state
-remembers which `handed_off` event ids it applied, so a redelivery has no second effect.
-Ack policy is manual and explicit: ack after the gateway replied ok (or after a poison copy
-reached the DLQ); nak with a delay when the gateway is unavailable or busy, so it is retried.
+The child's events go through the gateway's optimistic-concurrency append like every
+command, and the child state remembers which `handed_off` event ids it applied, so a
+redelivery has no second effect. Settling: ack once the gateway replied ok; redeliver after
+a delay while the gateway is away or busy; dead-letter what the gateway refuses for good.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
-from faststream import AckPolicy, FastStream
-from faststream.nats import JStream, NatsMessage, PullSub
-from nats.js.api import ConsumerConfig
-from pydantic import ValidationError
 
 from contracts.events import Event, HandedOff
-from services.adapters.deadletter import dead_letter_message
 from services.adapters.settings import Settings
-from services.adapters.telemetry import inject_traceparent
-from services.runtime import ServiceRuntime, build_service, durable_consumer
+from services.adapters.telemetry import inject_traceparent, tracer_provider
+from services.consumer import ACK, EventConsumer, Outcome, dead_letter, durable_consumer, retry
+from services.runtime import Runtime
 
 log = logging.getLogger("reminders.propagator")
 
 DURABLE = "propagator"
+FILTER = "transcript.reminder.handed_off.>"
+#: Gateway answers that a later attempt may turn into an ok.
 RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
 
-
-def consumer_config() -> ConsumerConfig:
-    """The propagator's durable consumer, applied at every start-up."""
-    return durable_consumer(DURABLE, "transcript.reminder.handed_off.>", max_ack_pending=64)
+#: Sends one command to the gateway and returns its reply; raises when nobody answered.
+Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-def inherit_command(event: Event) -> dict[str, object]:
+def inherit_command(event: Event) -> dict[str, Any]:
     """The child-side command for one `handed_off` event."""
     payload = event.payload
     assert isinstance(payload, HandedOff)
@@ -49,52 +48,54 @@ def inherit_command(event: Event) -> dict[str, object]:
     }
 
 
-def build_propagator(settings: Settings) -> tuple[FastStream, ServiceRuntime]:
-    """The propagator app; nothing connects until it runs."""
-    app, broker, runtime = build_service(DURABLE, settings, consumer=consumer_config())
+async def handle_handed_off(event: Event, request: Request) -> Outcome:
+    """Ask the gateway to apply one handoff to the child session."""
+    if not isinstance(event.payload, HandedOff):
+        return dead_letter("invalid_event", "not a handed_off event")
+    try:
+        reply = await request("inherit", inherit_command(event))
+    except Exception as exc:  # gateway away: retried by redelivery, never dropped
+        log.warning("gateway unavailable", extra={"error": type(exc).__name__})
+        return retry()
+    if reply.get("ok"):
+        return ACK
+    code = str(reply.get("error", {}).get("code", "invalid_reply"))
+    if code in RETRYABLE:
+        return retry()
+    return dead_letter(code, "the gateway refused the inheritance")
 
-    @broker.subscriber(
-        "transcript.reminder.handed_off.>",
-        stream=JStream(settings.stream, declare=False),
-        durable=DURABLE,
-        config=consumer_config(),
-        pull_sub=PullSub(batch_size=16, timeout=1.0),
-        ack_policy=AckPolicy.MANUAL,
-    )
-    async def on_handed_off(msg: NatsMessage) -> None:
-        js = runtime.connection.jetstream()
-        try:
-            event = Event.model_validate(orjson.loads(msg.body))
-            if not isinstance(event.payload, HandedOff):
-                raise ValueError("not a handed_off event")
-        except (ValueError, ValidationError, orjson.JSONDecodeError) as exc:
-            await dead_letter_message(
-                js, DURABLE, msg.raw_message, "invalid_event", type(exc).__name__
-            )
-            await msg.ack()
-            return
-        try:
+
+@dataclass
+class Propagator:
+    """The propagator worker: one durable consumer of `handed_off` events."""
+
+    settings: Settings
+    name: str = DURABLE
+    consumer: EventConsumer | None = None
+
+    async def start(self, runtime: Runtime) -> None:
+        """Apply the consumer's configuration."""
+        tracer = tracer_provider("reminders-propagator", self.settings).get_tracer(DURABLE)
+        self.consumer = EventConsumer(
+            durable_consumer(DURABLE, FILTER, max_ack_pending=64), batch=16, tracer=tracer
+        )
+        await self.consumer.ensure(runtime)
+
+    async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
+        """Consume `handed_off` events until stopped."""
+        assert self.consumer is not None
+
+        async def request(op: str, command: dict[str, Any]) -> dict[str, Any]:
             response = await runtime.connection.request(
-                "reminders.v1.inherit",
-                orjson.dumps(inherit_command(event)),
-                timeout=settings.request_timeout_s,
+                f"reminders.v1.{op}",
+                orjson.dumps(command),
+                timeout=self.settings.request_timeout_s,
                 headers=inject_traceparent() or None,
             )
-            reply = orjson.loads(response.data)
-        except Exception as exc:  # gateway away: retried by redelivery, never dropped
-            log.warning("gateway unavailable", extra={"error": type(exc).__name__})
-            await msg.nack(delay=1.0)
-            return
-        if reply.get("ok"):
-            await msg.ack()
-            return
-        code = str(reply["error"]["code"])
-        if code in RETRYABLE:
-            await msg.nack(delay=1.0)
-            return
-        await dead_letter_message(
-            js, DURABLE, msg.raw_message, code, "the gateway refused the inheritance"
-        )
-        await msg.ack()
+            reply: dict[str, Any] = orjson.loads(response.data)
+            return reply
 
-    return app, runtime
+        await self.consumer.run(runtime, lambda event: handle_handed_off(event, request), stop)
+
+    async def stop(self, runtime: Runtime) -> None:
+        """Nothing of its own to release."""

@@ -36,12 +36,91 @@ def test_the_core_imports_only_contracts_pydantic_and_the_standard_library() -> 
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
 
 
-def test_contracts_import_nothing_else_of_the_project() -> None:
-    for path in (ROOT / "contracts").glob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                assert node.module.split(".")[0] not in {"core", "services", "replay"}
+#: Which layer may import which: the one statement of the architecture, enforced below.
+#: Imports point down only. A worker (`services.<name>`) may import itself but no other worker.
+LAYERS: dict[str, set[str]] = {
+    "contracts": set(),
+    "core": {"contracts"},
+    "services.adapters": {"contracts", "core"},
+    "services.runtime": {"contracts", "core", "services.adapters"},
+    "services.consumer": {"contracts", "core", "services.adapters", "services.runtime"},
+    "services.worker": {
+        "contracts",
+        "core",
+        "services.adapters",
+        "services.runtime",
+        "services.consumer",
+    },
+    "services.workers": {
+        "contracts",
+        "core",
+        "services.adapters",
+        "services.runtime",
+        "services.consumer",
+        "services.worker",
+    },
+    "replay": {"contracts", "core", "services.adapters"},
+    "client": {"contracts", "services.adapters"},
+    "cli": {
+        "contracts",
+        "core",
+        "services.adapters",
+        "services.runtime",
+        "services.consumer",
+        "services.worker",
+        "services.workers",
+        "replay",
+        "client",
+    },
+}
+PROJECT = {"contracts", "core", "services", "replay", "client", "cli"}
+
+
+def layer_of(module: str) -> tuple[str, str]:
+    """(layer, package) of a dotted module name of the project."""
+    parts = module.split(".")
+    if parts[0] != "services":
+        return parts[0], parts[0]
+    if len(parts) == 1:
+        return "services.workers", "services"
+    if parts[1] in {"adapters", "runtime", "consumer", "workers"}:
+        return f"services.{parts[1]}", f"services.{parts[1]}"
+    return "services.worker", f"services.{parts[1]}"
+
+
+def project_imports(path: Path) -> list[str]:
+    """Every project module a file imports, anywhere in it (lazy imports included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return [name for name in names if name.split(".")[0] in PROJECT]
+
+
+def test_every_import_points_down_the_layers() -> None:
+    violations = []
+    for top in sorted(PROJECT):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            layer, package = layer_of(module)
+            assert layer in LAYERS, f"{module} is in no layer"
+            for target in project_imports(path):
+                target_layer, target_package = layer_of(target)
+                same_package = target_package == package
+                if not same_package and target_layer not in LAYERS[layer]:
+                    violations.append(f"{module} imports {target}")
+    assert violations == []
+
+
+def test_every_worker_is_registered_and_the_cli_names_them_all() -> None:
+    from cli.main import SERVICE_NAMES
+    from services.workers import WORKERS
+
+    packages = {path.parent.name for path in (ROOT / "services").glob("*/app.py")}
+    assert set(WORKERS) == packages == set(SERVICE_NAMES)
 
 
 def test_events_and_commands_are_frozen_and_forbid_unknown_keys() -> None:

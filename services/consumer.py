@@ -1,0 +1,143 @@
+"""A durable pull consumer that hands each decoded event to a plain handler.
+
+A handler is an async function of one event that returns an `Outcome`; it never sees a NATS
+message, so a unit test calls it directly with fake ports. This loop does the rest, the same
+way for every worker: decode (a message that does not decode goes to the dead-letter stream),
+one consumer span per message continuing the command's trace, and settling by the outcome —
+ack, redeliver after a delay, or copy to the DLQ and ack. An exception from a handler is never
+swallowed: it is logged and the message is redelivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext, suppress
+from dataclasses import dataclass
+from typing import Literal
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
+from pydantic import ValidationError
+
+from contracts.events import Event
+from services.adapters.deadletter import dead_letter_message
+from services.adapters.jetstream import decode_event
+from services.adapters.telemetry import consumer_span
+from services.runtime import Runtime
+
+log = logging.getLogger("reminders.consumer")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a handled message is settled."""
+
+    action: Literal["ack", "retry", "dead_letter"]
+    delay_s: float = 0.0
+    code: str = ""
+    reason: str = ""
+
+
+ACK = Outcome("ack")
+
+
+def retry(delay_s: float = 1.0) -> Outcome:
+    """Redeliver after `delay_s` (the cause is transient: a gateway away, a conflict)."""
+    return Outcome("retry", delay_s=delay_s)
+
+
+def dead_letter(code: str, reason: str) -> Outcome:
+    """Copy to the dead-letter stream with a stable code, then ack (SPEC §6.4)."""
+    return Outcome("dead_letter", code=code, reason=reason)
+
+
+Handler = Callable[[Event], Awaitable[Outcome]]
+
+
+def durable_consumer(durable: str, filter_subject: str, max_ack_pending: int) -> ConsumerConfig:
+    """An explicit-ack durable consumer from the start of the stream that never gives up.
+
+    `max_ack_pending` bounds what is in flight, so a slow handler is not sent duplicates.
+    """
+    return ConsumerConfig(
+        durable_name=durable,
+        filter_subject=filter_subject,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=30.0,
+        max_ack_pending=max_ack_pending,
+        max_deliver=-1,
+    )
+
+
+@dataclass
+class EventConsumer:
+    """One durable consumer of the event stream and the handler of what it delivers."""
+
+    config: ConsumerConfig
+    batch: int
+    tracer: Tracer
+
+    @property
+    def durable(self) -> str:
+        """The durable consumer's name, also the service named on dead-letter copies."""
+        assert self.config.durable_name is not None
+        return self.config.durable_name
+
+    async def ensure(self, runtime: Runtime) -> None:
+        """Create the consumer or update it: an existing durable keeps its old config
+        silently otherwise."""
+        await runtime.js.add_consumer(runtime.settings.stream, self.config)
+
+    async def run(self, runtime: Runtime, handle: Handler, stop: asyncio.Event) -> None:
+        """Fetch, handle and settle until `stop` is set (within about a second)."""
+        subscription = await runtime.js.pull_subscribe_bind(
+            durable=self.durable, stream=runtime.settings.stream
+        )
+        try:
+            while not stop.is_set():
+                try:
+                    messages = await subscription.fetch(self.batch, timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue  # idle: nothing to do, and nothing wrong
+                except Exception as exc:  # NATS away: nats-py reconnects; pull again soon
+                    log.warning("fetch failed", extra={"error": type(exc).__name__})
+                    await asyncio.sleep(0.5)
+                    continue
+                for message in messages:
+                    await self._settle(runtime, message, handle)
+        finally:
+            await subscription.unsubscribe()
+
+    async def _settle(self, runtime: Runtime, message: Msg, handle: Handler) -> None:
+        span = consumer_span(self.tracer, message.subject, message.headers, self.durable)
+        try:
+            with trace.use_span(span, end_on_exit=True) if span else nullcontext():
+                outcome = await self._outcome(message, handle)
+            if outcome.action == "ack":
+                await message.ack()
+            elif outcome.action == "retry":
+                await message.nak(delay=outcome.delay_s)
+            else:
+                await dead_letter_message(
+                    runtime.js, self.durable, message, outcome.code, outcome.reason
+                )
+                await message.ack()
+        except Exception as exc:  # never swallowed: redelivered after ack_wait or the nak
+            log.warning("handling failed", extra={"error": type(exc).__name__})
+            with suppress(Exception):  # the connection is away: ack_wait redelivers it
+                await message.nak(delay=1.0)
+
+    @staticmethod
+    async def _outcome(message: Msg, handle: Handler) -> Outcome:
+        try:
+            event = decode_event(message.data)
+        except (ValueError, ValidationError) as exc:
+            return dead_letter("invalid_event", type(exc).__name__)
+        return await handle(event)
+

@@ -1,0 +1,131 @@
+"""The workers' handlers are plain functions of (event, ports): tested here without a broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from contracts.events import Event
+from services.consumer import ACK, Outcome
+from services.observer.app import ObserverMetrics, handle_event
+from services.propagator.app import handle_handed_off
+from tests.support import Driver
+
+
+def handed_off_event() -> Event:
+    parent = Driver("parent")
+    parent.inject("share this", propagate="all")
+    decision = parent.run("handoff", child_session_id="child", sub_agent_id="helper")
+    return next(event for event in decision.events if event.kind == "handed_off")
+
+
+def fired_event(session_id: str = "s1") -> Event:
+    driver = Driver(session_id)
+    driver.inject("look at the failing test", tags=["tests"])
+    decision = driver.run("render", turn=0)
+    return next(event for event in decision.events if event.kind == "fired")
+
+
+class Gateway:
+    """A fake gateway: records each request and answers with the next reply."""
+
+    def __init__(self, *replies: dict[str, Any] | Exception) -> None:
+        self.replies = list(replies)
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, op: str, command: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append((op, command))
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+async def test_the_propagator_sends_one_inherit_for_the_child_and_acks_on_ok() -> None:
+    gateway = Gateway({"ok": True, "session_seq": 3})
+    event = handed_off_event()
+
+    outcome = await handle_handed_off(event, gateway)
+
+    assert outcome == ACK
+    [(op, command)] = gateway.requests
+    assert op == "inherit"
+    assert command["session_id"] == "child"
+    assert command["parent_session_id"] == "parent"
+    assert command["handoff_event_id"] == event.event_id
+    assert [spec["body"] for spec in command["reminders"]] == ["share this"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        TimeoutError(),
+        {"ok": False, "error": {"code": "unavailable"}},
+        {"ok": False, "error": {"code": "conflict"}},
+        {"ok": False, "error": {"code": "rate_limited"}},
+    ],
+)
+async def test_the_propagator_asks_for_redelivery_while_the_gateway_is_away_or_busy(
+    reply: dict[str, Any] | Exception,
+) -> None:
+    outcome = await handle_handed_off(handed_off_event(), Gateway(reply))
+
+    assert outcome.action == "retry" and outcome.delay_s > 0
+
+
+async def test_the_propagator_dead_letters_what_the_gateway_refuses_for_good() -> None:
+    refusal = {"ok": False, "error": {"code": "HARN-RMD-001", "message": "bad"}}
+
+    outcome = await handle_handed_off(handed_off_event(), Gateway(refusal))
+
+    assert outcome.action == "dead_letter" and outcome.code == "HARN-RMD-001"
+
+
+async def test_the_propagator_dead_letters_an_event_that_is_not_a_handoff() -> None:
+    gateway = Gateway()
+
+    outcome = await handle_handed_off(fired_event(), gateway)
+
+    assert outcome.action == "dead_letter" and outcome.code == "invalid_event"
+    assert gateway.requests == []
+
+
+class Published:
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bytes]] = []
+
+    async def __call__(self, subject: str, body: bytes) -> None:
+        self.messages.append((subject, body))
+
+
+@pytest.fixture(scope="module")
+def metrics() -> ObserverMetrics:
+    return ObserverMetrics.create()
+
+
+async def test_the_observer_notifies_acp_clients_of_a_fired_reminder(
+    metrics: ObserverMetrics,
+) -> None:
+    published = Published()
+
+    outcome: Outcome = await handle_event(fired_event("s1"), metrics, published)
+
+    assert outcome == ACK
+    [(subject, body)] = published.messages
+    assert subject == "reminders.v1.acp.s1"
+    notification = orjson.loads(body)
+    assert notification["method"] == "session/update"
+    reminder = notification["params"]["update"]["_meta"]["harn"]["reminder"]
+    assert reminder["body"] == "look at the failing test"
+    assert reminder["tags"] == ["tests"]
+
+
+async def test_the_observer_publishes_nothing_for_other_kinds(metrics: ObserverMetrics) -> None:
+    published = Published()
+
+    outcome = await handle_event(handed_off_event(), metrics, published)
+
+    assert outcome == ACK
+    assert published.messages == []
