@@ -66,11 +66,11 @@ def up(
         _fail(str(exc))
         return
     try:
+        live = settings.model_copy(update={"nats_url": system.nats_url})
         if demo:
-            live = settings.model_copy(update={"nats_url": system.nats_url})
             asyncio.run(run_demo_on_bus(live, console))
         if not (demo and exit_after_demo):
-            wait_for_interrupt(system, console)
+            wait_for_interrupt(system, console, live)
     except UpError as exc:
         _fail(str(exc))
     finally:

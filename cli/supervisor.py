@@ -55,10 +55,15 @@ class ServiceProcess:
 
 
 def spawn_service(
-    name: str, settings: Settings, log_path: Path, extra_env: dict[str, str] | None = None
+    name: str,
+    settings: Settings,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    http_port: int | None = None,
 ) -> ServiceProcess:
     """Start `reminders serve NAME` against `settings.nats_url`, output to `log_path`."""
-    port = free_port()
+    port = http_port or free_port()
     env = {
         **os.environ,
         "REMINDERS_NATS_URL": settings.nats_url,
@@ -75,6 +80,11 @@ def spawn_service(
             stderr=subprocess.STDOUT,
         )
     return ServiceProcess(name, port, process, log_path)
+
+
+def respawn(service: ServiceProcess, settings: Settings) -> ServiceProcess:
+    """Start an exited service again on the same probe port, appending to the same log."""
+    return spawn_service(service.name, settings, service.log_path, http_port=service.http_port)
 
 
 def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 30.0) -> None:

@@ -23,6 +23,7 @@ from cli.embedded import EmbeddedNats
 from cli.supervisor import (
     ServiceProcess,
     SupervisorError,
+    respawn,
     spawn_service,
     stop_all,
     wait_ready,
@@ -134,21 +135,72 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
     return log
 
 
-def wait_for_interrupt(system: System, console: Console) -> None:
-    """Block until Ctrl-C or SIGTERM (a clean stop, exit 0) or until a service dies."""
+@dataclass
+class Watchdog:
+    """Restarts a crashed service with backoff, as Kubernetes restarts a pod.
+
+    A service that exits `max_crashes` times within `window_s` keeps crashing: `up` then
+    gives up and says which one, rather than restarting it forever.
+    """
+
+    settings: Settings
+    console: Console
+    max_crashes: int = 5
+    window_s: float = 60.0
+    crashes: dict[str, list[float]] = field(default_factory=dict)
+    due: dict[str, float] = field(default_factory=dict)
+    restarts: int = 0
+
+    def backoff_s(self, name: str) -> float:
+        """0.5 s after the first crash in the window, doubling, at most 8 s."""
+        return float(min(0.5 * 2 ** (len(self.crashes[name]) - 1), 8.0))
+
+    def check(self, system: System, now: float) -> None:
+        """Note new exits, restart the services whose backoff has passed."""
+        for index, service in enumerate(system.services):
+            name = service.name
+            if name in self.due:
+                if now >= self.due[name]:
+                    del self.due[name]
+                    system.services[index] = respawn(service, self.settings)
+                    self.restarts += 1
+                    self.console.print(
+                        f"  {name} restarted (pid {system.services[index].process.pid}; "
+                        f"{self.restarts} restart(s) so far)"
+                    )
+                continue
+            code = service.process.poll()
+            if code is None:
+                continue
+            recent = [t for t in self.crashes.get(name, []) if now - t < self.window_s]
+            self.crashes[name] = [*recent, now]
+            if len(self.crashes[name]) >= self.max_crashes:
+                raise UpError(
+                    f"{name} keeps crashing ({len(self.crashes[name])} exits within "
+                    f"{self.window_s:.0f}s, last with {code}); see {service.log_path}"
+                )
+            delay = self.backoff_s(name)
+            self.due[name] = now + delay
+            self.console.print(
+                f"[yellow]{name} exited with {code}; restarting in {delay:.1f}s[/yellow]"
+            )
+
+
+def wait_for_interrupt(system: System, console: Console, settings: Settings) -> None:
+    """Supervise until Ctrl-C or SIGTERM (a clean stop, exit 0), or until a service keeps
+    crashing (an `UpError`)."""
     stop = False
 
     def _stop(signum: int, frame: object) -> None:
         nonlocal stop
         stop = True
 
+    watchdog = Watchdog(settings, console)
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     console.print("[bold]running[/bold] — press Ctrl-C to stop")
     try:
         while not stop:
-            for service in system.services:
-                if service.process.poll() is not None:
-                    raise UpError(f"{service.name} exited with {service.process.returncode}")
+            watchdog.check(system, time.monotonic())
             time.sleep(0.2)
     finally:
         # A second Ctrl-C while stopping must not abandon the children half-stopped.

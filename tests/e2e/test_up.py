@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from cli.embedded import EmbeddedNats
+from client import ReminderClient, ReminderError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,3 +86,71 @@ def test_up_against_an_unreachable_server_fails_in_one_line(tmp_path: Path) -> N
     assert result.returncode == 1
     assert "cannot reach NATS at nats://127.0.0.1:9" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stderr + result.stdout
+
+
+async def inject_when_answered(url: str) -> dict[str, Any]:
+    """One inject, retried while the gateway reconnects (bounded: 20 tries)."""
+    async with await ReminderClient.connect(url, timeout_s=2) as client:
+        for _ in range(20):
+            try:
+                return await client.request(
+                    "inject", {"session_id": "after", "reminder": {"body": "still here"}}
+                )
+            except ReminderError:  # no gateway answered yet
+                await asyncio.sleep(0.5)
+    raise AssertionError("no gateway answered within 20 tries")
+
+
+def read_until(
+    process: subprocess.Popen[str], marker: str, lines: list[str], timeout_s: float
+) -> str:
+    """Read `up`'s output until a line holds `marker` (bounded in time)."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if marker in line:
+            return line
+    raise AssertionError(f"no line with {marker!r} in:\n{''.join(lines)}")
+
+
+def test_up_restarts_a_crashed_worker_and_rides_out_a_nats_restart(tmp_path: Path) -> None:
+    server = EmbeddedNats(tmp_path / "store")
+    server.start()
+    process = subprocess.Popen(
+        reminders_argv("up", "--nats-url", server.url, "--data-dir", str(tmp_path / "data")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+    )
+    lines: list[str] = []
+    try:
+        projector = read_until(process, "projector ", lines, 60)
+        pid = int(projector.split("pid")[1].split()[0])
+        read_until(process, "press Ctrl-C", lines, 60)
+
+        os.kill(pid, signal.SIGKILL)
+        read_until(process, "projector exited with", lines, 15)
+        read_until(process, "projector restarted", lines, 15)
+
+        server.kill()
+        time.sleep(1.5)
+        server.start()
+        time.sleep(5)  # every worker reconnects; none exits
+        assert process.poll() is None, "".join(lines)
+
+        reply = asyncio.run(inject_when_answered(server.url))
+        assert reply["ok"] is True, reply
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+        server.kill()
+    output = "".join(lines) + rest
+    assert process.returncode == 0, output
+    assert "exited with" not in rest, output  # nothing crashed after the projector's kill
+    assert "Traceback" not in output

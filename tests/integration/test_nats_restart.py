@@ -37,3 +37,38 @@ async def test_acknowledged_events_survive_a_nats_sigkill_and_the_gateway_reconn
     stored = await read_session(nc, provisioned.stream, "survivor")
     assert len(stored) == 11
     await nc.close()
+
+
+async def test_every_worker_rides_out_a_nats_restart_and_the_projection_catches_up(
+    nats_server: NatsUnderTest, provisioned: Settings, services: ServiceRunner
+) -> None:
+    if nats_server.embedded is None:
+        pytest.skip("needs the embedded server to kill it (REMINDERS_TEST_NATS_URL is set)")
+    started = [services.start(name) for name in ("gateway", "projector", "propagator", "observer")]
+    nc = await connect(provisioned, "test-client")
+    client = ReminderClient(nc, timeout_s=2)
+    for n in range(5):
+        await client.inject("blip", f"before {n}")
+
+    nats_server.embedded.kill()
+    await asyncio.sleep(1.5)
+    nats_server.embedded.start()
+
+    reply = None
+    for _ in range(100):  # bounded: the clients reconnect within a few seconds
+        try:
+            reply = await client.inject("blip", "after restart")
+            break
+        except Exception:
+            await asyncio.sleep(0.2)
+    assert reply is not None and reply["session_seq"] == 6
+    patient = ReminderClient(nc, timeout_s=15)
+    state = await patient.call("state", {"session_id": "blip", "min_seq": 6, "timeout_ms": 10000})
+    assert state["stale"] is False and state["state"]["session_seq"] == 6
+    for service in started:
+        assert service.process.poll() is None, f"{service.name} exited\n{service.log()}"
+    deadline = asyncio.get_running_loop().time() + 15
+    while not all(service.ready() for service in started):
+        assert asyncio.get_running_loop().time() < deadline, "a worker never became ready again"
+        await asyncio.sleep(0.2)
+    await nc.close()
