@@ -29,9 +29,8 @@ from core import fold_all, handle
 from replay.engine import replay
 from replay.rebuild import read_all_sessions
 from replay.source import rows_from_nats
-from services.adapters.jetstream import SessionAppend, provision, publish_atomic
+from services.adapters.jetstream import SessionAppend, consumer_info, provision, publish_atomic
 from services.adapters.settings import Settings
-from services.projector.consumer import consumer_info
 from tests.support import context_for
 
 

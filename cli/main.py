@@ -130,6 +130,36 @@ def _fail(message: str) -> None:
 
 
 @app.command()
+def provision(
+    nats_url: str | None = typer.Option(
+        None, "--nats", envvar="REMINDERS_NATS_URL", help="Server to provision."
+    ),
+) -> None:
+    """Create or update every stream, the projection bucket and every worker's durable
+    consumer (idempotent; needs JetStream admin rights). Services only check what it made."""
+    from cli.provision import provision_all
+    from services.adapters.connection import NatsUnreachable, connect
+    from services.adapters.jetstream import JetStreamApiError, ProvisionError
+
+    settings = Settings.from_env(nats_url=nats_url)
+
+    async def run() -> dict[str, str]:
+        nc = await connect(settings, "reminders-provision", startup_timeout_s=5.0)
+        try:
+            return await provision_all(nc, settings)
+        finally:
+            await nc.drain()
+
+    try:
+        done = asyncio.run(run())
+    except (NatsUnreachable, ProvisionError, JetStreamApiError) as exc:
+        _fail(str(exc))
+        return
+    for name, what in done.items():
+        Console().print(f"{name}: {what}")
+
+
+@app.command()
 def doctor(
     nats_url: str | None = typer.Option(
         None, "--nats-url", "--nats", envvar="REMINDERS_NATS_URL", help="Server to check."

@@ -20,6 +20,7 @@ from cli.demo import (
     print_step,
 )
 from cli.embedded import EmbeddedNats
+from cli.provision import provision_all
 from cli.supervisor import (
     ServiceProcess,
     SupervisorError,
@@ -30,7 +31,7 @@ from cli.supervisor import (
 )
 from client.sdk import ReminderClient
 from services.adapters.connection import NatsUnreachable, connect
-from services.adapters.jetstream import decode_event, provision, read_session
+from services.adapters.jetstream import decode_event, read_session
 from services.adapters.settings import Settings
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.
@@ -100,7 +101,7 @@ async def _provision(settings: Settings) -> dict[str, str]:
     except NatsUnreachable as exc:
         raise UpError(str(exc)) from exc
     try:
-        return await provision(nc.jetstream(), settings)
+        return await provision_all(nc, settings)
     finally:
         await nc.drain()
 

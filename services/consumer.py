@@ -19,18 +19,18 @@ from typing import Literal
 
 import nats.errors
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 from pydantic import ValidationError
 
 from contracts.events import Event
 from services.adapters.deadletter import dead_letter_message
-from services.adapters.jetstream import decode_event
+from services.adapters.jetstream import DurableConsumer, decode_event
 from services.adapters.telemetry import consumer_span
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.consumer")
+NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -59,19 +59,24 @@ def dead_letter(code: str, reason: str) -> Outcome:
 Handler = Callable[[Event], Awaitable[Outcome]]
 
 
-def durable_consumer(durable: str, filter_subject: str, max_ack_pending: int) -> ConsumerConfig:
+def durable_consumer(
+    stream: str, durable: str, filter_subject: str, max_ack_pending: int
+) -> DurableConsumer:
     """An explicit-ack durable consumer from the start of the stream that never gives up.
 
     `max_ack_pending` bounds what is in flight, so a slow handler is not sent duplicates.
     """
-    return ConsumerConfig(
-        durable_name=durable,
-        filter_subject=filter_subject,
-        ack_policy=AckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=30.0,
-        max_ack_pending=max_ack_pending,
-        max_deliver=-1,
+    return DurableConsumer(
+        stream,
+        {
+            "durable_name": durable,
+            "filter_subject": filter_subject,
+            "ack_policy": "explicit",
+            "deliver_policy": "all",
+            "ack_wait": 30 * NS,
+            "max_ack_pending": max_ack_pending,
+            "max_deliver": -1,
+        },
     )
 
 
@@ -79,25 +84,14 @@ def durable_consumer(durable: str, filter_subject: str, max_ack_pending: int) ->
 class EventConsumer:
     """One durable consumer of the event stream and the handler of what it delivers."""
 
-    config: ConsumerConfig
+    durable: DurableConsumer
     batch: int
     tracer: Tracer
-
-    @property
-    def durable(self) -> str:
-        """The durable consumer's name, also the service named on dead-letter copies."""
-        assert self.config.durable_name is not None
-        return self.config.durable_name
-
-    async def ensure(self, runtime: Runtime) -> None:
-        """Create the consumer or update it: an existing durable keeps its old config
-        silently otherwise."""
-        await runtime.js.add_consumer(runtime.settings.stream, self.config)
 
     async def run(self, runtime: Runtime, handle: Handler, stop: asyncio.Event) -> None:
         """Fetch, handle and settle until `stop` is set (within about a second)."""
         subscription = await runtime.js.pull_subscribe_bind(
-            durable=self.durable, stream=runtime.settings.stream
+            durable=self.durable.name, stream=self.durable.stream
         )
         try:
             while not stop.is_set():
@@ -115,7 +109,7 @@ class EventConsumer:
             await subscription.unsubscribe()
 
     async def _settle(self, runtime: Runtime, message: Msg, handle: Handler) -> None:
-        span = consumer_span(self.tracer, message.subject, message.headers, self.durable)
+        span = consumer_span(self.tracer, message.subject, message.headers, self.durable.name)
         try:
             with trace.use_span(span, end_on_exit=True) if span else nullcontext():
                 outcome = await self._outcome(message, handle)
@@ -125,7 +119,7 @@ class EventConsumer:
                 await message.nak(delay=outcome.delay_s)
             else:
                 await dead_letter_message(
-                    runtime.js, self.durable, message, outcome.code, outcome.reason
+                    runtime.js, self.durable.name, message, outcome.code, outcome.reason
                 )
                 await message.ack()
         except Exception as exc:  # never swallowed: redelivered after ack_wait or the nak
@@ -140,4 +134,3 @@ class EventConsumer:
         except (ValueError, ValidationError) as exc:
             return dead_letter("invalid_event", type(exc).__name__)
         return await handle(event)
-

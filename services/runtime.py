@@ -1,9 +1,10 @@
 """One runtime for every worker: connect, check the streams, probes, ready, signals, drain.
 
-A worker is the few things that differ — its name, what it sets up, its main loop — and this
-module owns the order they run in: connect and check the configuration before anything is
-consumed, ready only once the loop runs, not ready as soon as shutdown begins, and the
-connection drained (acks flushed) only after the loop and the worker's own stop finished.
+A worker is the few things that differ — its name, its durable consumers, what it sets up,
+its main loop — and this module owns the order they run in: connect and check the streams and
+consumers (which `reminders provision` creates) before anything is consumed, ready only once
+the loop runs, not ready as soon as shutdown begins, and the connection drained (acks
+flushed) only after the loop and the worker's own stop finished.
 
 Why the workers read with nats-py rather than through FastStream subscribers: every worker
 here is a hot path or a pinned consumer. FastStream's per-message pull pipeline runs several
@@ -26,7 +27,7 @@ from nats.js import JetStreamContext
 
 from services.adapters.connection import connect
 from services.adapters.http import HealthServer
-from services.adapters.jetstream import provision
+from services.adapters.jetstream import DurableConsumer, ensure_consumer, provision
 from services.adapters.settings import Settings
 
 
@@ -60,6 +61,10 @@ class Worker(Protocol):
 
     name: str
 
+    def consumers(self) -> list[DurableConsumer]:
+        """The durable consumers it reads from: `reminders provision` creates them, the
+        runtime checks them at start-up."""
+
     async def start(self, runtime: Runtime) -> None:
         """Set up consumers, subscriptions and instruments (connected, not yet ready)."""
 
@@ -77,7 +82,11 @@ async def run_worker(worker: Worker, settings: Settings, stop: asyncio.Event) ->
     runtime.nc = await connect(settings, f"reminders-{worker.name}")
     health: HealthServer | None = None
     try:
-        await provision(runtime.js, settings)
+        # Services only check: creating streams, buckets and durables is `reminders provision`'s
+        # job, under an admin user (SPEC §10), so no service needs the rights to delete them.
+        await provision(runtime.js, settings, check=True)
+        for durable in worker.consumers():
+            await ensure_consumer(runtime.connection, durable, check=True)
         await worker.start(runtime)
         health = HealthServer(settings.http_host, settings.http_port, runtime.is_ready)
         await health.start()
@@ -106,4 +115,3 @@ def serve(worker: Worker, settings: Settings) -> None:
         await run_worker(worker, settings, stop)
 
     asyncio.run(main())
-

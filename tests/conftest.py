@@ -17,7 +17,7 @@ import pytest
 from nats.aio.client import Client
 
 from cli.embedded import EmbeddedNats
-from services.adapters.jetstream import provision
+from cli.provision import provision_all
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
@@ -80,13 +80,13 @@ async def nc(nats_server: NatsUnderTest) -> AsyncIterator[Client]:
 
 @pytest.fixture
 async def provisioned(nc: Client, settings: Settings) -> Settings:
-    """Streams created as the services would create them."""
+    """Streams, bucket and durable consumers, as `reminders provision` makes them."""
     js = nc.jetstream()
     if os.environ.get("REMINDERS_TEST_NATS_URL"):
         for name in (settings.stream, settings.dlq_stream, settings.audit_stream):
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 await js.delete_stream(name)
-    await provision(js, settings)
+    await provision_all(nc, settings)
     return settings
 
 

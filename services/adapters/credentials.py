@@ -39,4 +39,3 @@ def nats_kwargs(settings: Settings) -> dict[str, Any]:
     if context is not None:
         options["tls"] = context
     return options
-

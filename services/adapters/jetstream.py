@@ -42,7 +42,11 @@ EVENT_SUBJECTS = "transcript.reminder.>"
 
 
 class ProvisionError(RuntimeError):
-    """An existing stream contradicts the SPEC's configuration; refuse to start."""
+    """A stream, bucket or consumer is missing or contradicts its configuration; the
+    message names it and the command that fixes it."""
+
+
+PROVISION_HINT = "run `reminders provision` (as an admin user)"
 
 
 class JetStreamApiError(RuntimeError):
@@ -119,11 +123,14 @@ def _needs_update(existing: StreamConfig, wanted: StreamConfig) -> bool:
     return abs((existing.duplicate_window or 0) - wanted.duplicate_window) > 1e-3
 
 
-async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> str:
-    """Create the stream, or update it to `wanted`; returns what was done."""
+async def ensure_stream(js: JetStreamContext, wanted: StreamConfig, *, check: bool = False) -> str:
+    """Create the stream, or update it to `wanted`; returns what was done. With `check`,
+    change nothing and raise unless it is already as wanted."""
     try:
         info = await js.stream_info(wanted.name or "")
     except NotFoundError:
+        if check:
+            raise ProvisionError(f"stream {wanted.name} is missing: {PROVISION_HINT}") from None
         await js.add_stream(wanted)
         return "created"
     problems = _contradictions(info.config, wanted)
@@ -133,6 +140,8 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> str:
         )
     if not _needs_update(info.config, wanted):
         return "unchanged"
+    if check:
+        raise ProvisionError(f"stream {wanted.name} is out of date: {PROVISION_HINT}")
     try:
         await js.update_stream(wanted)
     except nats.js.errors.APIError as exc:
@@ -140,12 +149,16 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> str:
     return "updated"
 
 
-async def ensure_bucket(js: JetStreamContext, settings: Settings) -> str:
+async def ensure_bucket(js: JetStreamContext, settings: Settings, *, check: bool = False) -> str:
     """Create the projection bucket `REMINDER_SESSIONS` if it is missing (history 1)."""
     try:
         await js.key_value(settings.kv_bucket)
         return "unchanged"
     except nats.js.errors.BucketNotFoundError:
+        if check:
+            raise ProvisionError(
+                f"bucket {settings.kv_bucket} is missing: {PROVISION_HINT}"
+            ) from None
         await js.create_key_value(
             KeyValueConfig(
                 bucket=settings.kv_bucket,
@@ -158,13 +171,68 @@ async def ensure_bucket(js: JetStreamContext, settings: Settings) -> str:
         return "created"
 
 
-async def provision(js: JetStreamContext, settings: Settings) -> dict[str, str]:
-    """Create or update every stream of SPEC §3.1 and the projection bucket, idempotently."""
-    done = {settings.stream: await ensure_stream(js, event_stream_config(settings))}
+async def provision(
+    js: JetStreamContext, settings: Settings, *, check: bool = False
+) -> dict[str, str]:
+    """Create or update every stream of SPEC §3.1 and the projection bucket, idempotently.
+
+    With `check` (what services do at start-up) nothing is changed: anything missing or out
+    of date raises a `ProvisionError` naming it and `reminders provision`.
+    """
+    done = {settings.stream: await ensure_stream(js, event_stream_config(settings), check=check)}
     for config in side_stream_configs(settings):
-        done[config.name or ""] = await ensure_stream(js, config)
-    done[f"KV_{settings.kv_bucket}"] = await ensure_bucket(js, settings)
+        done[config.name or ""] = await ensure_stream(js, config, check=check)
+    done[f"KV_{settings.kv_bucket}"] = await ensure_bucket(js, settings, check=check)
     return done
+
+
+@dataclass(frozen=True)
+class DurableConsumer:
+    """A durable consumer a worker needs: created by `reminders provision`, checked by the
+    worker at start-up. `config` is the JetStream API's consumer config."""
+
+    stream: str
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The durable name."""
+        return str(self.config["durable_name"])
+
+
+async def consumer_info(nc: Client, stream: str, durable: str) -> dict[str, Any]:
+    """Raw consumer info (config, num_pending, num_ack_pending, delivered, priority groups)."""
+    reply = await nc.request(f"$JS.API.CONSUMER.INFO.{stream}.{durable}", b"", timeout=5)
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    if "error" in answer:
+        raise JetStreamApiError(answer["error"])
+    return answer
+
+
+async def ensure_consumer(nc: Client, wanted: DurableConsumer, *, check: bool = False) -> str:
+    """Create the durable consumer or update it to `wanted` (an existing durable otherwise
+    keeps its old config silently). With `check`, raise unless it is already as wanted."""
+    try:
+        existing: dict[str, Any] = (await consumer_info(nc, wanted.stream, wanted.name))["config"]
+    except JetStreamApiError as exc:
+        if exc.code != 404:
+            raise
+        existing = {}
+    drift = sorted(key for key, value in wanted.config.items() if existing.get(key) != value)
+    if not drift:
+        return "unchanged"
+    if check:
+        what = "is missing" if not existing else f"differs in {', '.join(drift)}"
+        raise ProvisionError(f"consumer {wanted.name} of {wanted.stream} {what}: {PROVISION_HINT}")
+    reply = await nc.request(
+        f"$JS.API.CONSUMER.CREATE.{wanted.stream}.{wanted.name}",
+        orjson.dumps({"stream_name": wanted.stream, "config": wanted.config}),
+        timeout=5,
+    )
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    if "error" in answer:
+        raise JetStreamApiError(answer["error"])
+    return "updated" if existing else "created"
 
 
 @dataclass(frozen=True)

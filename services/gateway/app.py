@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, meter_provider, tracer_provider
 from services.gateway.committer import GroupCommitter
@@ -35,6 +36,10 @@ class Gateway:
     name: str = "gateway"
     parts: GatewayParts = field(default_factory=GatewayParts)
 
+    def consumers(self) -> list[DurableConsumer]:
+        """None: commands arrive by request/reply in a queue group."""
+        return []
+
     async def start(self, runtime: Runtime) -> None:
         """Start group commit and join the command queue group."""
         parts = self.parts
@@ -47,12 +52,8 @@ class Gateway:
             on_batch=lambda size: metrics.batch_size.record(size),
         )
         parts.committer.start()
-        parts.service = CommandService(
-            runtime.connection, self.settings, parts.committer, metrics
-        )
-        tracer = tracer_provider("reminders-gateway", self.settings).get_tracer(
-            "reminders.gateway"
-        )
+        parts.service = CommandService(runtime.connection, self.settings, parts.committer, metrics)
+        tracer = tracer_provider("reminders-gateway", self.settings).get_tracer("reminders.gateway")
         parts.listener = CommandListener(runtime.connection, parts.service, tracer)
         await parts.listener.start()
 

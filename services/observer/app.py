@@ -19,6 +19,7 @@ from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 
 from contracts import events as ev
 from core import session_token
+from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, durable_consumer
@@ -147,16 +148,19 @@ class Observer:
     consumer: EventConsumer | None = None
     metrics: ObserverMetrics | None = None
 
+    def consumers(self) -> list[DurableConsumer]:
+        """Its own durable consumer of every event."""
+        return [
+            durable_consumer(
+                self.settings.stream, DURABLE, "transcript.reminder.>", max_ack_pending=1000
+            )
+        ]
+
     async def start(self, runtime: Runtime) -> None:
-        """Register the instruments and apply the consumer's configuration."""
+        """Register the instruments and set up the consumer loop."""
         self.metrics = ObserverMetrics.create()
         tracer = tracer_provider("reminders-observer", self.settings).get_tracer(DURABLE)
-        self.consumer = EventConsumer(
-            durable_consumer(DURABLE, "transcript.reminder.>", max_ack_pending=1000),
-            batch=100,
-            tracer=tracer,
-        )
-        await self.consumer.ensure(runtime)
+        self.consumer = EventConsumer(self.consumers()[0], batch=100, tracer=tracer)
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Observe events until stopped."""

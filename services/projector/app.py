@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
+from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import (
     ProjectorMetrics,
@@ -21,7 +22,7 @@ from services.adapters.telemetry import (
 )
 from services.projector.adapters import JetStreamDeadLetters, KvSessionStore, NatsDelivery
 from services.projector.apply import Projector, Verdict
-from services.projector.consumer import next_batch, pinned_consumer_config, upsert_consumer
+from services.projector.consumer import next_batch, pinned_consumer_config
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.projector")
@@ -41,13 +42,15 @@ class ProjectorWorker:
     metrics: ProjectorMetrics | None = None
     tracer: Tracer | None = None
 
-    async def start(self, runtime: Runtime) -> None:
-        """Apply the pinned consumer's configuration and open the bucket."""
-        await upsert_consumer(
-            runtime.connection,
-            self.settings.stream,
-            pinned_consumer_config(DURABLE, GROUP, "transcript.reminder.>", priority_timeout_s=3.0),
+    def consumers(self) -> list[DurableConsumer]:
+        """One durable consumer that every replica pulls from as one pinned group."""
+        config = pinned_consumer_config(
+            DURABLE, GROUP, "transcript.reminder.>", priority_timeout_s=3.0
         )
+        return [DurableConsumer(self.settings.stream, config)]
+
+    async def start(self, runtime: Runtime) -> None:
+        """Register the instruments and open the bucket."""
         meter = meter_provider("reminders-projector").get_meter("projector")
         self.metrics = ProjectorMetrics.create(meter)
         self.tracer = tracer_provider("reminders-projector", self.settings).get_tracer(
@@ -83,9 +86,7 @@ class ProjectorWorker:
 
     async def _project(self, deliveries: list[NatsDelivery]) -> None:
         assert self.projector is not None and self.metrics is not None and self.tracer
-        spans = [
-            consumer_span(self.tracer, d.subject, d.headers, DURABLE) for d in deliveries
-        ]
+        spans = [consumer_span(self.tracer, d.subject, d.headers, DURABLE) for d in deliveries]
         try:
             report = await self.projector.process(list(deliveries))
         finally:

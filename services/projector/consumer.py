@@ -16,8 +16,6 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from services.adapters.jetstream import JetStreamApiError
-
 NS = 1_000_000_000
 H_PIN_ID = "Nats-Pin-Id"
 
@@ -44,29 +42,6 @@ def pinned_consumer_config(
         "priority_policy": "pinned_client",
         "priority_timeout": int(priority_timeout_s * NS),
     }
-
-
-async def upsert_consumer(nc: Client, stream: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Create the durable consumer or update it to `config` (an existing durable otherwise
-    keeps its old config silently)."""
-    reply = await nc.request(
-        f"$JS.API.CONSUMER.CREATE.{stream}.{config['durable_name']}",
-        orjson.dumps({"stream_name": stream, "config": config}),
-        timeout=5,
-    )
-    answer: dict[str, Any] = orjson.loads(reply.data)
-    if "error" in answer:
-        raise JetStreamApiError(answer["error"])
-    return answer
-
-
-async def consumer_info(nc: Client, stream: str, durable: str) -> dict[str, Any]:
-    """Raw consumer info (num_pending, num_ack_pending, delivered, priority groups)."""
-    reply = await nc.request(f"$JS.API.CONSUMER.INFO.{stream}.{durable}", b"", timeout=5)
-    answer: dict[str, Any] = orjson.loads(reply.data)
-    if "error" in answer:
-        raise JetStreamApiError(answer["error"])
-    return answer
 
 
 async def fetch_pinned(

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from contracts.events import Event, HandedOff
+from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import inject_traceparent, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, dead_letter, durable_consumer, retry
@@ -73,13 +74,14 @@ class Propagator:
     name: str = DURABLE
     consumer: EventConsumer | None = None
 
+    def consumers(self) -> list[DurableConsumer]:
+        """Its durable consumer of `handed_off` events."""
+        return [durable_consumer(self.settings.stream, DURABLE, FILTER, max_ack_pending=64)]
+
     async def start(self, runtime: Runtime) -> None:
-        """Apply the consumer's configuration."""
+        """Set up the consumer loop."""
         tracer = tracer_provider("reminders-propagator", self.settings).get_tracer(DURABLE)
-        self.consumer = EventConsumer(
-            durable_consumer(DURABLE, FILTER, max_ack_pending=64), batch=16, tracer=tracer
-        )
-        await self.consumer.ensure(runtime)
+        self.consumer = EventConsumer(self.consumers()[0], batch=16, tracer=tracer)
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Consume `handed_off` events until stopped."""

@@ -8,6 +8,7 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from cli.provision import provision_all
 from client.sdk import ReminderClient
 from contracts.state import SessionState
 from services.adapters.jetstream import read_session
@@ -83,6 +84,7 @@ async def test_a_redelivered_handoff_has_no_second_effect(
     # Crash and restart the propagator, then replay the consumer from the start.
     services.kill(propagator)
     await nc.jetstream().delete_consumer(provisioned.stream, "propagator")
+    await provision_all(nc, provisioned)  # the operator recreates it: delivered from the start
     services.start("propagator")
     await asyncio.sleep(2.0)
     assert len(await read_session(nc, provisioned.stream, "c")) == 2
