@@ -1,25 +1,17 @@
-"""What the projection bucket holds per session token: a state, or a tombstone (SPEC §4.11)."""
+"""Bucket values: a state, or a tombstone (SPEC §4.11), to and from bytes.
+
+The `Tombstone` model itself is a contract (`contracts.records`).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.records import Tombstone
 from contracts.state import SessionState
 from core import canonical_json
-
-
-class Tombstone(BaseModel):
-    """Left in place of a forgotten session so a lagging projector cannot bring it back."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tombstone: bool = Field(default=True, description="Always true.")
-    session_token: str = Field(description="The forgotten session's token.")
-    purged_through: int = Field(description="Stream sequence up to which events were purged.")
-    forgotten_at: str = Field(description="When (RFC 3339).")
 
 
 def encode_state(state: SessionState) -> bytes:

@@ -18,12 +18,13 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from contracts.errors import ErrorCode
+from contracts.records import Tombstone
 from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from core.canonical import session_subject_filter, session_token
 from services.adapters.ids import utc_now_millis
 from services.adapters.jetstream import last_session_seq
-from services.adapters.records import Tombstone, decode_record
+from services.adapters.records import decode_record
 from services.adapters.settings import Settings
 
 DEFAULT_TIMEOUT_MS = 2000

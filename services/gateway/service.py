@@ -29,6 +29,7 @@ from contracts.commands import (
     StateQuery,
     parse_command,
 )
+from contracts.decode import decode
 from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
 from contracts.replies import ErrorReply
@@ -36,7 +37,7 @@ from contracts.state import SessionState
 from core import decide, fold_all
 from core.decide import with_inline
 from services.adapters.ids import fresh_context
-from services.adapters.jetstream import SessionAppend, decode_event, read_session
+from services.adapters.jetstream import SessionAppend, read_session
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.committer import (
@@ -311,7 +312,7 @@ class CommandService:
         stored = await read_session(
             self._nc, self._settings.stream, session_id, timeout_s=self._settings.request_timeout_s
         )
-        events = [(decode_event(item.data), item.stream_seq) for item in stored]
+        events = [(decode(item.envelope), item.stream_seq) for item in stored]
         entry = CachedSession(
             fold_all(SessionState(), events), stored[-1].stream_seq if stored else 0
         )

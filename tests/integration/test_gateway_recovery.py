@@ -9,7 +9,8 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from services.adapters.jetstream import SessionAppend, decode_event, read_session
+from contracts.decode import decode
+from services.adapters.jetstream import SessionAppend, read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import CommitUncertain, GroupCommitter
 from services.gateway.service import CommandService
@@ -52,7 +53,7 @@ async def test_a_commit_whose_ack_was_lost_is_answered_from_the_log_and_not_appl
     assert reply["ok"] is True
     assert reply["envelope"]["directive_ids"]
     assert reply["inline"]["text"].startswith("hi\n\n")
-    events = [decode_event(i.data) for i in await read_session(nc, provisioned.stream, "lost")]
+    events = [decode(i.envelope) for i in await read_session(nc, provisioned.stream, "lost")]
     assert [e.kind for e in events].count("delivered") == 1
     for committer in (flaky, other._committer):
         await committer.stop()
