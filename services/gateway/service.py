@@ -46,8 +46,9 @@ from services.gateway.committer import (
     CommitUncertain,
     GroupCommitter,
 )
+from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, pending_injections
-from services.gateway.rpc import handle_rpc
+from services.gateway.rpc import PARSE_ERROR, SERVER_ERROR, handle_rpc
 
 log = logging.getLogger("reminders.gateway")
 
@@ -160,6 +161,7 @@ class CommandService:
         self._rate = RateLimiter(settings.rate_limit_per_second)
         self._locks = SessionLocks()
         self._reader = ProjectionReader(nc, settings)
+        self._forgetter = Forgetter(nc, settings)
         self._last_seen: OrderedDict[str, float] = OrderedDict()
 
     def active_sessions(self, window_s: float = 300.0) -> int:
@@ -177,7 +179,7 @@ class CommandService:
             return {
                 "jsonrpc": "2.0",
                 "id": None,
-                "error": {"code": -32700, "message": "Parse error"},
+                "error": {"code": PARSE_ERROR, "message": "Parse error"},
             }
         try:
             return await handle_rpc(self.handle_value, raw)
@@ -189,7 +191,7 @@ class CommandService:
                 "jsonrpc": "2.0",
                 "id": raw.get("id") if isinstance(raw, dict) else None,
                 "error": {
-                    "code": -32000,
+                    "code": SERVER_ERROR,
                     "message": "unavailable",
                     "data": {"code": "unavailable"},
                 },
@@ -240,7 +242,7 @@ class CommandService:
             return {"ok": True, **pending_injections(state), "stale": stale}
         if isinstance(command, Forget):
             async with self._locks.hold(command.session_id):
-                reply = await self._reader.forget(command.session_id, command.request_id)
+                reply = await self._forgetter.forget(command.session_id, command.request_id)
                 self._cache.drop(command.session_id)
                 return reply
         now = time.monotonic()

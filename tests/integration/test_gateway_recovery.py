@@ -65,8 +65,8 @@ async def test_forget_purges_what_another_replica_appended_while_it_waited(
     gateway = service(nc, provisioned, GroupCommitter(nc))
     other = service(nc, provisioned, GroupCommitter(nc))
     await gateway.handle("inject", orjson.dumps({"session_id": "race", "reminder": {"body": "a"}}))
-    reader = gateway._reader
-    original = reader._consumers_settled
+    forgetter = gateway._forgetter
+    original = forgetter._consumers_settled
     calls: list[int] = []
 
     async def settle_while_another_replica_writes(last_seq: int, timeout_s: float = 10.0) -> Any:
@@ -76,7 +76,7 @@ async def test_forget_purges_what_another_replica_appended_while_it_waited(
             assert (await other.handle("inject", orjson.dumps(body)))["ok"]
         return await original(last_seq, timeout_s)
 
-    monkeypatch.setattr(reader, "_consumers_settled", settle_while_another_replica_writes)
+    monkeypatch.setattr(forgetter, "_consumers_settled", settle_while_another_replica_writes)
     reply = await gateway.handle("forget", orjson.dumps({"session_id": "race"}))
     assert reply["ok"] is True and reply["purged_count"] == 2
     assert await read_session(nc, provisioned.stream, "race") == []
