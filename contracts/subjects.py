@@ -18,7 +18,8 @@ AUDIT_SUBJECTS: Final = "reminders.audit.>"
 AUDIT_FORGOTTEN: Final = "reminders.audit.forgotten"
 COMMAND_PREFIX: Final = "reminders.v1"
 COMMAND_SUBJECTS: Final = f"{COMMAND_PREFIX}.*"
-RPC_SUBJECT: Final = f"{COMMAND_PREFIX}.rpc"
+RPC_OP: Final = "rpc"
+RPC_SUBJECT: Final = f"{COMMAND_PREFIX}.{RPC_OP}"
 
 DEFAULT_STREAM: Final = "REMINDERS"
 DEFAULT_DLQ_STREAM: Final = "REMINDERS_DLQ"
@@ -43,6 +44,11 @@ def event_subject(kind: str, session_id: str) -> str:
 def session_subject_filter(session_id: str) -> str:
     """Every event of one session: `transcript.reminder.*.<session_token>`."""
     return f"{EVENT_PREFIX}.*.{session_token(session_id)}"
+
+
+def event_subject_template() -> str:
+    """`transcript.reminder.{kind}.{session_token}`, for documents (AsyncAPI)."""
+    return f"{EVENT_PREFIX}.{{kind}}.{{session_token}}"
 
 
 def kind_subject_filter(kind: str) -> str:

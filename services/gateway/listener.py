@@ -19,12 +19,12 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry.trace import SpanKind, Tracer
 
+from contracts.subjects import COMMAND_SUBJECTS, RPC_OP, last_token
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
 from services.gateway.service import CommandService
 
 log = logging.getLogger("reminders.gateway")
 
-COMMAND_SUBJECTS = "reminders.v1.*"
 QUEUE_GROUP = "reminders-gateway"
 
 
@@ -65,7 +65,7 @@ class CommandListener:
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, message: Msg) -> None:
-        op = message.subject.rsplit(".", 1)[-1]
+        op = last_token(message.subject)
         try:
             with self._tracer.start_as_current_span(
                 f"{message.subject} process",
@@ -79,7 +79,7 @@ class CommandListener:
                     "messaging.consumer.group.name": QUEUE_GROUP,
                 },
             ):
-                if op == "rpc":
+                if op == RPC_OP:
                     response = await self._service.handle_rpc(message.data)
                     body = None if response is None else orjson.dumps(response)
                 else:
