@@ -1,9 +1,9 @@
 """The gateway's command subscription: a raw nats-py queue subscription on `reminders.v1.*`.
 
-Commands are the write hot path. Measured on this 2-core machine with the same command
-service behind both: FastStream's per-message handler pipeline served ~1,000 commands/s,
-a plain nats-py queue subscription that hands each message to a task ~2,600/s (group commit
-needs many commands in flight at once). So the gateway keeps FastStream for its lifecycle
+Commands are the write hot path, and FastStream's per-message handler pipeline served far
+fewer commands than a plain nats-py queue subscription that hands each message to a task
+(group commit needs many commands in flight at once; figures in `bench/results/`). So the
+gateway keeps FastStream for its lifecycle
 and declares its subjects in the AsyncAPI document, but reads commands here, with a bound on
 the commands in flight and one consumer span per command, as the FastStream middleware made.
 """
