@@ -15,6 +15,14 @@ from faststream.specification import AsyncAPI
 
 from contracts import commands as cmd
 from contracts.events import Event
+from contracts.subjects import (
+    AUDIT_FORGOTTEN,
+    RPC_SUBJECT,
+    acp_subject,
+    command_subject,
+    dlq_subject,
+    event_subject_template,
+)
 
 ASYNCAPI_PATH = Path(__file__).resolve().parents[1] / "contracts" / "asyncapi.json"
 
@@ -24,9 +32,9 @@ def _documented_broker() -> NatsBroker:
     for op, model in sorted(cmd.COMMANDS.items()):
         handler = _handler_for(model)
         broker.subscriber(
-            f"reminders.v1.{op}",
+            command_subject(op),
             queue="reminders-gateway",
-            title=f"reminders.v1.{op}",
+            title=command_subject(op),
             description=(model.__doc__ or "").strip() + " Reply: the op's reply or an error.",
         )(handler)
 
@@ -34,17 +42,17 @@ def _documented_broker() -> NatsBroker:
         """JSON-RPC 2.0 adapters (SPEC §8)."""
 
     broker.subscriber(
-        "reminders.v1.rpc",
+        RPC_SUBJECT,
         queue="reminders-gateway",
-        title="reminders.v1.rpc",
+        title=RPC_SUBJECT,
         description="JSON-RPC 2.0: session/remind, session/pending_injections, "
         "session/revoke_reminder, notifications/reminder, notifications/message.",
     )(rpc)
     publishers = [
-        ("transcript.reminder.{kind}.{session_token}", Event, "Every decided event (SPEC §3)."),
-        ("reminders.dlq.{service}.{session_token}", Event, "Poison copies with error headers."),
-        ("reminders.audit.forgotten", dict, "Forget audit records, never a body."),
-        ("reminders.v1.acp.{session_token}", dict, "ACP session/update reminder_emitted."),
+        (event_subject_template(), Event, "Every decided event (SPEC §3)."),
+        (dlq_subject("{service}", "{session_token}"), Event, "Poison copies with error headers."),
+        (AUDIT_FORGOTTEN, dict, "Forget audit records, never a body."),
+        (acp_subject("{session_token}"), dict, "ACP session/update reminder_emitted."),
     ]
     for subject, schema, description in publishers:
         broker.publisher(subject, schema=schema, title=subject, description=description)

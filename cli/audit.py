@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from contracts.subjects import DEFAULT_BUCKET, DEFAULT_STREAM, session_token
 from core import canonical_json
-from core.canonical import session_token
 from replay.engine import Cut, replay
 from replay.errors import ReplayError
 from replay.report import html_report, text_report
@@ -109,7 +109,7 @@ def replay_command(
     ),
     from_file: Path | None = typer.Option(None, "--from", help="Read an exported JSON Lines file."),
     stream: str = typer.Option(
-        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+        DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
     until_seq: int | None = typer.Option(
         None, "--until-seq", min=0, help="Stop after this session_seq."
@@ -190,7 +190,7 @@ def export_command(
         None, "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP
     ),
     stream: str = typer.Option(
-        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+        DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write here instead of stdout."
@@ -225,10 +225,10 @@ def export_command(
 def rebuild_command(
     nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
     stream: str = typer.Option(
-        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+        DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
     bucket: str = typer.Option(
-        "REMINDER_SESSIONS", "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
+        DEFAULT_BUCKET, "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
     ),
 ) -> None:
     """Rebuild the whole projection from the log (safe while the services run)."""
@@ -256,10 +256,10 @@ def verify_projection_command(
     all_sessions: bool = typer.Option(False, "--all", help="Every session (the default)."),
     nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
     stream: str = typer.Option(
-        "REMINDERS", "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
+        DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
     bucket: str = typer.Option(
-        "REMINDER_SESSIONS", "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
+        DEFAULT_BUCKET, "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
     ),
 ) -> None:
     """Compare every projected state with a replay of the log; exit 1 on any mismatch."""

@@ -30,8 +30,9 @@ from cli.supervisor import (
     wait_ready,
 )
 from client.sdk import ReminderClient
+from contracts.decode import decode
 from services.adapters.connection import NatsUnreachable, connect
-from services.adapters.jetstream import decode_event, read_session
+from services.adapters.jetstream import read_session
 from services.adapters.settings import Settings
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.
@@ -118,7 +119,7 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
             session_id = command["session_id"]
             stored = await read_session(nc, settings.stream, session_id, seen.get(session_id, 0))
             events = [
-                {**decode_event(item.data).to_wire(), "stream_seq": item.stream_seq}
+                {**decode(item.envelope).to_wire(), "stream_seq": item.stream_seq}
                 for item in stored
             ]
             if stored:

@@ -7,7 +7,6 @@ async with await ReminderClient.connect("nats://127.0.0.1:4222") as client:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -18,9 +17,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.errors import ErrorCode, ReminderError
-from contracts.events import Event
-from services.adapters.ids import new_uuid7
-from services.adapters.jetstream import SessionAppend, last_session_seq, publish_atomic
+from contracts.subjects import command_subject
 from services.adapters.telemetry import inject_traceparent
 
 
@@ -58,7 +55,7 @@ class ReminderClient:
         """Send one command; returns the reply (`ok` true or false) as a dict."""
         try:
             reply = await self._nc.request(
-                f"reminders.v1.{op}",
+                command_subject(op),
                 orjson.dumps(payload),
                 timeout=self._timeout_s,
                 headers=inject_traceparent() or None,
@@ -181,26 +178,3 @@ class ReminderClient:
                 child_turn=child_turn,
             ),
         )
-
-    async def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_last_seq: int | None = None,
-        stream: str = "REMINDERS",
-    ) -> list[int]:
-        """Append producer-built events as one atomic batch under the same OCC rule.
-
-        `expected_last_seq` defaults to the session's current last stream sequence. Returns
-        the stream sequences; raises `JetStreamApiError` on a conflict (nothing stored).
-        """
-        if expected_last_seq is None:
-            expected_last_seq = await last_session_seq(self._nc, stream, session_id)
-        last = await publish_atomic(
-            self._nc,
-            [SessionAppend(session_id, expected_last_seq, tuple(events))],
-            new_uuid7(),
-            self._timeout_s,
-        )
-        return list(range(last - len(events) + 1, last + 1))

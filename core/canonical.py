@@ -1,15 +1,29 @@
-"""Canonical bytes, the hash chain (SPEC §3.3.1), session tokens (§3.2) and derived ids."""
+"""Canonical bytes, the hash chain (SPEC §3.3.1) and derived ids.
+
+Session tokens and subjects (§3.2) live in `contracts.subjects`; re-exported here.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import uuid
 from datetime import datetime
 from typing import Any
 
-_PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+from contracts.subjects import event_subject, session_subject_filter, session_token
+
+__all__ = [
+    "canonical_json",
+    "chain_link",
+    "derived_uuid7",
+    "epoch_millis",
+    "event_subject",
+    "links",
+    "session_subject_filter",
+    "session_token",
+    "sha256_hex",
+]
 
 
 def canonical_json(value: Any) -> str:
@@ -29,23 +43,6 @@ def sha256_hex(text: str) -> str:
 def chain_link(previous_chain: str, envelope_without_chain: dict[str, Any]) -> str:
     """`sha256_hex(previous_chain + "\\n" + canonical(envelope without "chain"))`."""
     return sha256_hex(previous_chain + "\n" + canonical_json(envelope_without_chain))
-
-
-def session_token(session_id: str) -> str:
-    """The subject token of a session: the id itself when plain, else `=` + 40 hex of SHA-256."""
-    if _PLAIN_TOKEN.match(session_id):
-        return session_id
-    return "=" + sha256_hex(session_id)[:40]
-
-
-def event_subject(kind: str, session_id: str) -> str:
-    """`transcript.reminder.<kind>.<session_token>`."""
-    return f"transcript.reminder.{kind}.{session_token(session_id)}"
-
-
-def session_subject_filter(session_id: str) -> str:
-    """Every event of one session: `transcript.reminder.*.<session_token>`."""
-    return f"transcript.reminder.*.{session_token(session_id)}"
 
 
 def epoch_millis(occurred_at: str) -> int:

@@ -13,13 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pydantic import ValidationError
-
+from contracts.decode import InvalidEvent, UnknownSchema, decode
 from contracts.events import Event
 from contracts.state import SessionState
+from contracts.stored import StoredEvent
 from core import canonical_json, fold_all
 from replay.errors import ReplayError
-from replay.source import Row
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class ReplayResult:
 
     state: SessionState
     events: list[Event]
-    rows: list[Row]
+    rows: list[StoredEvent]
     divergences: list[str] = field(default_factory=list)
 
     @property
@@ -65,16 +64,19 @@ def parse_time(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def decode_rows(rows: Sequence[Row]) -> list[Event]:
-    """Parse every row as an event, or fail naming the first that is not one."""
+def decode_rows(rows: Sequence[StoredEvent]) -> list[Event]:
+    """Decode every row (`contracts.decode`), or fail naming the first that is not an event."""
     events = []
     for row in rows:
         try:
-            events.append(Event.model_validate(row.envelope))
-        except ValidationError as exc:
-            places = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})[:4]
+            events.append(decode(row.envelope))
+        except UnknownSchema as exc:
             raise ReplayError(
-                f"stream_seq {row.stream_seq}: not a valid event ({', '.join(places)})"
+                f"stream_seq {row.stream_seq}: unknown event schema version {exc.schema[:60]!r}"
+            ) from None
+        except InvalidEvent as exc:
+            raise ReplayError(
+                f"stream_seq {row.stream_seq}: not a valid event ({', '.join(exc.places[:4])})"
             ) from None
     return events
 
@@ -96,7 +98,7 @@ def cut_length(events: Sequence[Event], cut: Cut) -> int:
     return keep
 
 
-def replay(rows: Sequence[Row], cut: Cut | None = None) -> ReplayResult:
+def replay(rows: Sequence[StoredEvent], cut: Cut | None = None) -> ReplayResult:
     """Fold a session's rows (in stream order) into its canonical state."""
     events = decode_rows(rows)
     keep = cut_length(events, cut or Cut())

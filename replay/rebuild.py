@@ -1,9 +1,9 @@
 """`reminders rebuild` and `reminders verify-projection` (SPEC §7.2).
 
 Rebuild reads the whole stream once and projects every session afresh with the projector's
-own rules, then writes each with compare-and-set. It is safe while services run: a session
-whose projection is already ahead of what was read is left to the live projector, and a
-write that loses a race is re-read and retried.
+own rules (`core.projection.project_all`), then writes each with compare-and-set. It is safe
+while services run: a session whose projection is already ahead of what was read is left to
+the live projector, and a write that loses a race is re-read and retried.
 """
 
 from __future__ import annotations
@@ -13,35 +13,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import nats
-import orjson
 from nats.aio.client import Client
 
+from contracts.records import Tombstone
 from contracts.state import SessionState
-from replay.source import EVENT_FILTER, Row, iterate_stream
-from services.adapters.records import Tombstone, decode_record, encode_state
-from services.projector.adapters import KvSessionStore
-from services.projector.apply import (
-    Delivery,
-    RowDelivery,
-    StaleRevision,
-    project,
-    token_of,
-)
+from contracts.stored import StoredEvent
+from contracts.subjects import last_token
+from core.projection import Record, project_all
+from replay.source import EVENT_FILTER, iterate_stream
+from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
 
 Progress = Callable[[int, int], None]
 
 
-def _deliveries(rows: list[Row]) -> list[Delivery]:
-    return [RowDelivery(row.subject, orjson.dumps(row.envelope), row.stream_seq) for row in rows]
+def project(start: Record, rows: list[StoredEvent]) -> Record:
+    """What the projector's rules make of a session's whole log, from `start`."""
+    record, _ = project_all(start, rows)
+    return record
 
 
 async def read_all_sessions(
     nc: Client, stream: str, progress: Progress | None = None
-) -> dict[str, list[Row]]:
+) -> dict[str, list[StoredEvent]]:
     """Every event of the stream, grouped by session token, in stream order."""
-    sessions: dict[str, list[Row]] = defaultdict(list)
+    sessions: dict[str, list[StoredEvent]] = defaultdict(list)
     async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=progress):
-        sessions[token_of(row.subject)].append(row)
+        sessions[last_token(row.subject)].append(row)
     return dict(sessions)
 
 
@@ -62,12 +59,11 @@ async def rebuild(
     store = KvSessionStore(await nc.jetstream().key_value(bucket))
     report = RebuildReport()
     for token, rows in (await read_all_sessions(nc, stream, progress)).items():
-        deliveries = _deliveries(rows)
         for _attempt in range(10):
             value, revision = await store.read(token)
             current = decode_record(value)
             start = current if isinstance(current, Tombstone) else None
-            record = project(start, deliveries)
+            record = project(start, rows)
             if isinstance(record, Tombstone) or record is None:
                 report.tombstoned += 1
                 break
@@ -124,7 +120,7 @@ async def verify_projection(
                 mismatches.append(Mismatch(token, f"{len(rows)} event(s) but no projection"))
             continue
         covered = [row for row in rows if row.stream_seq <= current.stream_seq]
-        expected = project(None, _deliveries(covered))
+        expected = project(None, covered)
         if not isinstance(expected, SessionState) or encode_state(expected) != encode_state(
             current
         ):

@@ -18,39 +18,33 @@ import orjson
 from nats.aio.client import Client
 from nats.js.api import ConsumerInfo, DeliverPolicy
 
-from contracts.events import SCHEMA_V1
-from core.canonical import session_subject_filter
+from contracts.decode import UnknownSchema, upcast
+from contracts.stored import StoredEvent
+from contracts.subjects import EVENT_SUBJECTS, session_subject_filter
 from replay.errors import ReplayError
 
-EVENT_FILTER = "transcript.reminder.>"
+EVENT_FILTER = EVENT_SUBJECTS
 
-
-@dataclass(frozen=True)
-class Row:
-    """One stored event: its raw envelope (exactly as stored) and where it sat."""
-
-    envelope: dict[str, Any]
-    stream_seq: int
-    subject: str
-
-    def export(self) -> dict[str, Any]:
-        """The export form: the envelope plus `stream_seq` and `subject`."""
-        return {**self.envelope, "stream_seq": self.stream_seq, "subject": self.subject}
+Row = StoredEvent
+"""Former name of `contracts.stored.StoredEvent`, kept for callers not yet switched."""
 
 
 def _check_schema(envelope: dict[str, Any], where: str) -> None:
-    schema = envelope.get("schema")
-    if schema != SCHEMA_V1:
-        raise ReplayError(f"{where}: unknown event schema version {str(schema)[:60]!r}")
+    """Refuse an envelope version that no upcaster brings to this build's (SPEC §3.7)."""
+    try:
+        upcast(envelope)
+    except UnknownSchema:
+        schema = envelope.get("schema")
+        raise ReplayError(f"{where}: unknown event schema version {str(schema)[:60]!r}") from None
 
 
-def rows_from_file(path: Path, session_id: str | None = None) -> list[Row]:
+def rows_from_file(path: Path, session_id: str | None = None) -> list[StoredEvent]:
     """Read an export; keep one session's rows when `session_id` is given."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError as exc:
         raise ReplayError(f"cannot read {path}: {exc.strerror}") from None
-    rows: list[Row] = []
+    rows: list[StoredEvent] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -66,7 +60,7 @@ def rows_from_file(path: Path, session_id: str | None = None) -> list[Row]:
         if not isinstance(item["stream_seq"], int):
             raise ReplayError(f"{where}: stream_seq must be an integer")
         if session_id is None or envelope.get("session_id") == session_id:
-            rows.append(Row(envelope, item["stream_seq"], str(item["subject"])))
+            rows.append(StoredEvent(envelope, item["stream_seq"], str(item["subject"])))
     return rows
 
 
@@ -113,7 +107,7 @@ async def iterate_stream(
     subject_filter: str,
     stats: ReadStats | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> AsyncIterator[Row]:
+) -> AsyncIterator[StoredEvent]:
     """Every stored message matching the filter, in order, through an ordered consumer."""
     js = nc.jetstream()
     try:
@@ -140,7 +134,7 @@ async def iterate_stream(
             metadata = message.metadata
             if not isinstance(envelope, dict):
                 envelope = {"schema": None}
-            yield Row(envelope, int(metadata.sequence.stream), message.subject)
+            yield StoredEvent(envelope, int(metadata.sequence.stream), message.subject)
             if progress is not None:
                 progress(stats.delivered, total)
             if metadata.num_pending == 0:
@@ -152,7 +146,7 @@ async def iterate_stream(
 
 async def rows_from_nats(
     nc: Client, stream: str, session_id: str, stats: ReadStats | None = None
-) -> list[Row]:
+) -> list[StoredEvent]:
     """One session's rows, read with a subject-filtered ordered consumer."""
     rows = [
         row async for row in iterate_stream(nc, stream, session_subject_filter(session_id), stats)

@@ -2,7 +2,8 @@
 
 A handler is an async function of one event that returns an `Outcome`; it never sees a NATS
 message, so a unit test calls it directly with fake ports. This loop does the rest, the same
-way for every worker: decode (a message that does not decode goes to the dead-letter stream),
+way for every worker: decode, checking the event against its subject (what does not decode
+goes to the dead-letter stream with the decoder's code),
 one consumer span per message continuing the command's trace, and settling by the outcome —
 ack, redeliver after a delay, or copy to the DLQ and ack. An exception from a handler is never
 swallowed: it is logged and the message is redelivered.
@@ -21,11 +22,11 @@ import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
-from pydantic import ValidationError
 
+from contracts.decode import DecodeError, decode
 from contracts.events import Event
 from services.adapters.deadletter import dead_letter_message
-from services.adapters.jetstream import DurableConsumer, decode_event
+from services.adapters.jetstream import DurableConsumer
 from services.adapters.telemetry import consumer_span
 from services.runtime import Runtime
 
@@ -130,7 +131,7 @@ class EventConsumer:
     @staticmethod
     async def _outcome(message: Msg, handle: Handler) -> Outcome:
         try:
-            event = decode_event(message.data)
-        except (ValueError, ValidationError) as exc:
-            return dead_letter("invalid_event", type(exc).__name__)
+            event = decode(message.data, subject=message.subject)
+        except DecodeError as exc:
+            return dead_letter(exc.code, exc.reason)
         return await handle(event)

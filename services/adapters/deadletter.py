@@ -9,6 +9,8 @@ from __future__ import annotations
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from contracts.subjects import dlq_subject, last_token
+
 H_ERROR_CODE = "Reminders-Error-Code"
 H_ERROR = "Reminders-Error"
 H_ORIGINAL_SUBJECT = "Reminders-Original-Subject"
@@ -29,7 +31,7 @@ async def send_to_dlq(
 ) -> None:
     """Publish the poison copy on `reminders.dlq.<service>.<token>`; waits for the ack."""
     await js.publish(
-        f"reminders.dlq.{service}.{token}",
+        dlq_subject(service, token),
         data,
         headers={
             H_ERROR_CODE: code,
@@ -48,7 +50,7 @@ async def dead_letter_message(
     await send_to_dlq(
         js,
         service=service,
-        token=message.subject.rsplit(".", 1)[-1],
+        token=last_token(message.subject),
         subject=message.subject,
         stream_seq=int(message.metadata.sequence.stream),
         data=message.data,

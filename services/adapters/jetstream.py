@@ -26,7 +26,14 @@ from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConf
 from nats.js.errors import NotFoundError
 
 from contracts.events import Event
-from core.canonical import event_subject, session_subject_filter
+from contracts.stored import StoredEvent
+from contracts.subjects import (
+    AUDIT_SUBJECTS,
+    DLQ_SUBJECTS,
+    EVENT_SUBJECTS,
+    event_subject,
+    session_subject_filter,
+)
 from services.adapters.settings import Settings
 
 H_MSG_ID = "Nats-Msg-Id"
@@ -38,7 +45,6 @@ H_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_DUPLICATE_MSG_ID = 10201
-EVENT_SUBJECTS = "transcript.reminder.>"
 
 
 class ProvisionError(RuntimeError):
@@ -80,7 +86,7 @@ def side_stream_configs(settings: Settings) -> list[StreamConfig]:
     return [
         StreamConfig(
             name=settings.dlq_stream,
-            subjects=["reminders.dlq.>"],
+            subjects=[DLQ_SUBJECTS],
             storage=StorageType.FILE,
             retention=RetentionPolicy.LIMITS,
             num_replicas=settings.replicas,
@@ -89,7 +95,7 @@ def side_stream_configs(settings: Settings) -> list[StreamConfig]:
         ),
         StreamConfig(
             name=settings.audit_stream,
-            subjects=["reminders.audit.>"],
+            subjects=[AUDIT_SUBJECTS],
             storage=StorageType.FILE,
             retention=RetentionPolicy.LIMITS,
             num_replicas=settings.replicas,
@@ -250,11 +256,6 @@ def encode_event(event: Event) -> bytes:
     return orjson.dumps(event.to_wire(), option=orjson.OPT_SORT_KEYS)
 
 
-def decode_event(data: bytes) -> Event:
-    """Parse one event; raises on bytes that are not a valid v1 event."""
-    return Event.model_validate(orjson.loads(data))
-
-
 async def publish_atomic(
     nc: Client, appends: Sequence[SessionAppend], batch_id: str, timeout_s: float = 5.0
 ) -> int:
@@ -289,15 +290,6 @@ async def publish_atomic(
     raise AssertionError("unreachable")
 
 
-@dataclass(frozen=True)
-class StoredEvent:
-    """An event read back from the stream, with where it sits."""
-
-    stream_seq: int
-    subject: str
-    data: bytes
-
-
 async def read_session(
     nc: Client,
     stream: str,
@@ -309,6 +301,8 @@ async def read_session(
     """Every stored event of one session after `after_seq`, in order (batched direct get).
 
     The cost grows with the session's own events, not with the stream; no consumer is made.
+    Decode each with `contracts.decode.decode(stored.envelope)`; a body that is not a JSON
+    object raises `contracts.decode.DecodeError` here.
     """
     subject_filter = session_subject_filter(session_id)
     found: list[StoredEvent] = []
@@ -334,7 +328,9 @@ async def read_session(
                         {"code": int(status), "description": headers.get("Description", "")}
                     )
                 stream_seq = int(headers["Nats-Sequence"])
-                found.append(StoredEvent(stream_seq, headers["Nats-Subject"], message.data))
+                found.append(
+                    StoredEvent.from_bytes(message.data, stream_seq, headers["Nats-Subject"])
+                )
                 next_seq = stream_seq + 1
         finally:
             await subscription.unsubscribe()

@@ -11,6 +11,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.subjects import (
+    DEFAULT_AUDIT_STREAM,
+    DEFAULT_BUCKET,
+    DEFAULT_DLQ_STREAM,
+    DEFAULT_STREAM,
+)
 from core.config import CoreConfig
 
 
@@ -20,10 +26,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     nats_url: str = Field(default="nats://127.0.0.1:4222", description="REMINDERS_NATS_URL")
-    stream: str = Field(default="REMINDERS", description="REMINDERS_STREAM")
-    dlq_stream: str = Field(default="REMINDERS_DLQ", description="REMINDERS_DLQ_STREAM")
-    audit_stream: str = Field(default="REMINDERS_AUDIT", description="REMINDERS_AUDIT_STREAM")
-    kv_bucket: str = Field(default="REMINDER_SESSIONS", description="REMINDERS_KV_BUCKET")
+    stream: str = Field(default=DEFAULT_STREAM, description="REMINDERS_STREAM")
+    dlq_stream: str = Field(default=DEFAULT_DLQ_STREAM, description="REMINDERS_DLQ_STREAM")
+    audit_stream: str = Field(default=DEFAULT_AUDIT_STREAM, description="REMINDERS_AUDIT_STREAM")
+    kv_bucket: str = Field(default=DEFAULT_BUCKET, description="REMINDERS_KV_BUCKET")
     replicas: int = Field(default=1, ge=1, le=5, description="REMINDERS_REPLICAS")
     data_dir: Path = Field(default=Path("./data"), description="REMINDERS_DATA_DIR")
     http_host: str = Field(default="127.0.0.1", description="REMINDERS_HTTP_HOST")

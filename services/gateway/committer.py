@@ -9,7 +9,6 @@ another session's command.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,15 +25,9 @@ from services.adapters.jetstream import (
     publish_atomic,
 )
 
-_LAST_SEQUENCE = re.compile(r"wrong last sequence: (\d+)")
-
 
 class CommitConflict(Exception):
     """The session moved on since it was read (expectation failed)."""
-
-    def __init__(self, actual_last_seq: int | None) -> None:
-        super().__init__(f"wrong last sequence: {actual_last_seq}")
-        self.actual_last_seq = actual_last_seq
 
 
 class CommitUncertain(Exception):
@@ -53,8 +46,7 @@ class _Waiting:
 
 def _classify(exc: JetStreamApiError) -> Exception:
     if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
-        match = _LAST_SEQUENCE.search(exc.description)
-        return CommitConflict(int(match.group(1)) if match else None)
+        return CommitConflict(str(exc))
     if exc.err_code == ERR_DUPLICATE_MSG_ID:
         return CommitUncertain(str(exc))
     return CommitFailed(str(exc))

@@ -1,9 +1,9 @@
 """The gateway's command subscription: a raw nats-py queue subscription on `reminders.v1.*`.
 
-Commands are the write hot path. Measured on this 2-core machine with the same command
-service behind both: FastStream's per-message handler pipeline served ~1,000 commands/s,
-a plain nats-py queue subscription that hands each message to a task ~2,600/s (group commit
-needs many commands in flight at once). So the gateway keeps FastStream for its lifecycle
+Commands are the write hot path, and FastStream's per-message handler pipeline served far
+fewer commands than a plain nats-py queue subscription that hands each message to a task
+(group commit needs many commands in flight at once; figures in `bench/results/`). So the
+gateway keeps FastStream for its lifecycle
 and declares its subjects in the AsyncAPI document, but reads commands here, with a bound on
 the commands in flight and one consumer span per command, as the FastStream middleware made.
 """
@@ -19,12 +19,12 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry.trace import SpanKind, Tracer
 
+from contracts.subjects import COMMAND_SUBJECTS, RPC_OP, last_token
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
 from services.gateway.service import CommandService
 
 log = logging.getLogger("reminders.gateway")
 
-COMMAND_SUBJECTS = "reminders.v1.*"
 QUEUE_GROUP = "reminders-gateway"
 
 
@@ -65,7 +65,7 @@ class CommandListener:
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, message: Msg) -> None:
-        op = message.subject.rsplit(".", 1)[-1]
+        op = last_token(message.subject)
         try:
             with self._tracer.start_as_current_span(
                 f"{message.subject} process",
@@ -79,7 +79,7 @@ class CommandListener:
                     "messaging.consumer.group.name": QUEUE_GROUP,
                 },
             ):
-                if op == "rpc":
+                if op == RPC_OP:
                     response = await self._service.handle_rpc(message.data)
                     body = None if response is None else orjson.dumps(response)
                 else:

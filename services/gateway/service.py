@@ -29,6 +29,7 @@ from contracts.commands import (
     StateQuery,
     parse_command,
 )
+from contracts.decode import decode
 from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
 from contracts.replies import ErrorReply
@@ -36,7 +37,7 @@ from contracts.state import SessionState
 from core import decide, fold_all
 from core.decide import with_inline
 from services.adapters.ids import fresh_context
-from services.adapters.jetstream import SessionAppend, decode_event, read_session
+from services.adapters.jetstream import SessionAppend, read_session
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.committer import (
@@ -45,8 +46,9 @@ from services.gateway.committer import (
     CommitUncertain,
     GroupCommitter,
 )
+from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, pending_injections
-from services.gateway.rpc import handle_rpc
+from services.gateway.rpc import PARSE_ERROR, SERVER_ERROR, handle_rpc
 
 log = logging.getLogger("reminders.gateway")
 
@@ -159,6 +161,7 @@ class CommandService:
         self._rate = RateLimiter(settings.rate_limit_per_second)
         self._locks = SessionLocks()
         self._reader = ProjectionReader(nc, settings)
+        self._forgetter = Forgetter(nc, settings)
         self._last_seen: OrderedDict[str, float] = OrderedDict()
 
     def active_sessions(self, window_s: float = 300.0) -> int:
@@ -176,7 +179,7 @@ class CommandService:
             return {
                 "jsonrpc": "2.0",
                 "id": None,
-                "error": {"code": -32700, "message": "Parse error"},
+                "error": {"code": PARSE_ERROR, "message": "Parse error"},
             }
         try:
             return await handle_rpc(self.handle_value, raw)
@@ -188,7 +191,7 @@ class CommandService:
                 "jsonrpc": "2.0",
                 "id": raw.get("id") if isinstance(raw, dict) else None,
                 "error": {
-                    "code": -32000,
+                    "code": SERVER_ERROR,
                     "message": "unavailable",
                     "data": {"code": "unavailable"},
                 },
@@ -239,7 +242,7 @@ class CommandService:
             return {"ok": True, **pending_injections(state), "stale": stale}
         if isinstance(command, Forget):
             async with self._locks.hold(command.session_id):
-                reply = await self._reader.forget(command.session_id, command.request_id)
+                reply = await self._forgetter.forget(command.session_id, command.request_id)
                 self._cache.drop(command.session_id)
                 return reply
         now = time.monotonic()
@@ -311,7 +314,7 @@ class CommandService:
         stored = await read_session(
             self._nc, self._settings.stream, session_id, timeout_s=self._settings.request_timeout_s
         )
-        events = [(decode_event(item.data), item.stream_seq) for item in stored]
+        events = [(decode(item.envelope), item.stream_seq) for item in stored]
         entry = CachedSession(
             fold_all(SessionState(), events), stored[-1].stream_seq if stored else 0
         )

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 
 from contracts import events as ev
+from contracts.subjects import EVENT_SUBJECTS, acp_subject
 from core import session_token
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
@@ -135,7 +136,7 @@ async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publi
     span_event(event)
     if isinstance(event.payload, ev.Fired):
         token = session_token(event.session_id)
-        await publish(f"reminders.v1.acp.{token}", orjson.dumps(acp_notification(event)))
+        await publish(acp_subject(token), orjson.dumps(acp_notification(event)))
     return ACK
 
 
@@ -151,9 +152,7 @@ class Observer:
     def consumers(self) -> list[DurableConsumer]:
         """Its own durable consumer of every event."""
         return [
-            durable_consumer(
-                self.settings.stream, DURABLE, "transcript.reminder.>", max_ack_pending=1000
-            )
+            durable_consumer(self.settings.stream, DURABLE, EVENT_SUBJECTS, max_ack_pending=1000)
         ]
 
     async def start(self, runtime: Runtime) -> None:

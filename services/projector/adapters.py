@@ -1,14 +1,13 @@
-"""The projector's adapters: nats-py messages, the KV bucket, the dead-letter stream."""
+"""The projector's adapters: nats-py messages and the dead-letter stream (the bucket is
+`services.adapters.records.KvSessionStore`)."""
 
 from __future__ import annotations
 
-import nats
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
 
 from services.adapters.deadletter import send_to_dlq
-from services.projector.apply import Delivery, StaleRevision
+from services.projector.apply import Delivery
 
 
 class NatsDelivery:
@@ -31,32 +30,6 @@ class NatsDelivery:
     async def nak(self, delay_s: float) -> None:
         """Redeliver after `delay_s`."""
         await self._message.nak(delay=delay_s)
-
-
-class KvSessionStore:
-    """The projection bucket, with compare-and-set writes on the revision."""
-
-    def __init__(self, kv: KeyValue) -> None:
-        self._kv = kv
-
-    async def read(self, token: str) -> tuple[bytes | None, int | None]:
-        """Value and revision; a deleted key reads as empty with its revision."""
-        try:
-            entry = await self._kv.get(token)
-        except nats.js.errors.KeyNotFoundError:
-            return None, None
-        except nats.js.errors.KeyDeletedError as deleted:
-            return None, deleted.entry.revision
-        return entry.value, entry.revision
-
-    async def write(self, token: str, value: bytes, revision: int | None) -> int:
-        """Create when there was no revision, else update on exactly that revision."""
-        try:
-            if revision is None:
-                return int(await self._kv.create(token, value))
-            return int(await self._kv.update(token, value, last=revision))
-        except nats.js.errors.KeyWrongLastSequenceError as exc:
-            raise StaleRevision(token) from exc
 
 
 class JetStreamDeadLetters:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
+from contracts.subjects import EVENT_SUBJECTS
 from services.adapters.jetstream import DurableConsumer
+from services.adapters.records import KvSessionStore
 from services.adapters.settings import Settings
 from services.adapters.telemetry import (
     ProjectorMetrics,
@@ -20,7 +22,7 @@ from services.adapters.telemetry import (
     meter_provider,
     tracer_provider,
 )
-from services.projector.adapters import JetStreamDeadLetters, KvSessionStore, NatsDelivery
+from services.projector.adapters import JetStreamDeadLetters, NatsDelivery
 from services.projector.apply import Projector, Verdict
 from services.projector.consumer import next_batch, pinned_consumer_config
 from services.runtime import Runtime
@@ -44,9 +46,7 @@ class ProjectorWorker:
 
     def consumers(self) -> list[DurableConsumer]:
         """One durable consumer that every replica pulls from as one pinned group."""
-        config = pinned_consumer_config(
-            DURABLE, GROUP, "transcript.reminder.>", priority_timeout_s=3.0
-        )
+        config = pinned_consumer_config(DURABLE, GROUP, EVENT_SUBJECTS, priority_timeout_s=3.0)
         return [DurableConsumer(self.settings.stream, config)]
 
     async def start(self, runtime: Runtime) -> None:

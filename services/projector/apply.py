@@ -1,4 +1,4 @@
-"""The projector's rules for one fetched batch, apart from how messages and KV are reached.
+"""The projector's IO around one fetched batch; the rules are `core.projection.project`.
 
 For each session token touched by the batch: load its record once, apply every message in
 order — only the next `session_seq` whose `chain` follows `chain_head` — write the record
@@ -14,17 +14,15 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Protocol
+from typing import Protocol
 
-import orjson
-from pydantic import ValidationError
+from contracts.state import SessionState
+from contracts.stored import StoredEvent, Unreadable, read_stored
+from contracts.subjects import last_token
+from core.projection import Record, Verdict, project_all
+from services.adapters.records import StaleRevision, decode_record, encode_state
 
-from contracts.events import SCHEMA_V1, Event
-from contracts.state import DegradedMark, SessionState
-from core import fold
-from core.canonical import links
-from services.adapters.records import Tombstone, decode_record, encode_state
+__all__ = ["Delivery", "Projector", "StaleRevision", "Verdict", "token_of"]
 
 log = logging.getLogger("reminders.projector")
 
@@ -44,10 +42,6 @@ class Delivery(Protocol):
         """Ask for redelivery after a delay."""
 
 
-class StaleRevision(Exception):
-    """Another writer changed the record since it was read."""
-
-
 class SessionStore(Protocol):
     """The projection bucket."""
 
@@ -65,21 +59,11 @@ class DeadLetters(Protocol):
         """Copy the message with its error to the DLQ stream."""
 
 
-class Verdict(Enum):
-    """What happens to one delivery."""
-
-    APPLIED = "applied"
-    DUPLICATE = "duplicate"
-    GAP = "gap"
-    POISON = "poison"
-    SKIPPED = "skipped"
-
-
 @dataclass
 class Slot:
     """One session's record as last read or written."""
 
-    record: SessionState | Tombstone | None
+    record: Record
     revision: int | None
 
 
@@ -94,31 +78,7 @@ class BatchReport:
 
 def token_of(subject: str) -> str:
     """The session token is the subject's last token."""
-    return subject.rsplit(".", 1)[-1]
-
-
-def _poison_reason(exc: Exception) -> tuple[str, str]:
-    """A code and a reason that never quote the message (it may hold a body)."""
-    if isinstance(exc, orjson.JSONDecodeError):
-        return "undecodable", "not a JSON object"
-    if isinstance(exc, ValidationError):
-        places = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
-        return "invalid_event", f"failed validation at: {', '.join(places)[:500]}"
-    return "invalid_event", type(exc).__name__
-
-
-def decode(data: bytes) -> dict[str, Any]:
-    """Parse an event envelope or raise; unknown schema versions and kinds are errors."""
-    raw = orjson.loads(data)
-    if not isinstance(raw, dict):
-        raise ValueError("not a JSON object")
-    if raw.get("schema") != SCHEMA_V1:
-        raise UnknownSchema(str(raw.get("schema"))[:80])
-    return raw
-
-
-class UnknownSchema(Exception):
-    """An envelope version this build does not read (§3.7)."""
+    return last_token(subject)
 
 
 class Projector:
@@ -169,15 +129,16 @@ class Projector:
     ) -> None:
         started = time.perf_counter()
         slot = await self._slot(token)
-        record, verdicts, poison = self._decide(slot.record, deliveries)
+        stored = stored_of(deliveries)
+        record, verdicts, poison = self._decide(slot.record, deliveries, stored)
         if self._cache_looks_stale(slot, deliveries, verdicts):
             # Someone else wrote the bucket (a forget's tombstone, another replica): re-read.
             slot = await self._slot(token, fresh=True)
-            record, verdicts, poison = self._decide(slot.record, deliveries)
+            record, verdicts, poison = self._decide(slot.record, deliveries, stored)
         dead_lettered: set[int] = set()
         for attempt in range(self._cas_retries + 1):
             if attempt:
-                record, verdicts, poison = self._decide(slot.record, deliveries)
+                record, verdicts, poison = self._decide(slot.record, deliveries, stored)
             # Copy poison to the DLQ before the degraded mark is written: if the copy fails,
             # nothing is written or acked and the redelivery tries again.
             for delivery, verdict in zip(deliveries, verdicts, strict=True):
@@ -225,104 +186,19 @@ class Projector:
         )
 
     def _decide(
-        self, record: SessionState | Tombstone | None, deliveries: list[Delivery]
-    ) -> tuple[SessionState | Tombstone | None, list[Verdict], dict[int, tuple[str, str]]]:
-        """Pure: the record after these deliveries, and a verdict for each."""
-        verdicts: list[Verdict] = []
-        poison: dict[int, tuple[str, str]] = {}
-        blocked = False  # after a gap, later events of the session wait too
-        for delivery in deliveries:
-            try:
-                raw = decode(delivery.data)
-                event = Event.model_validate(raw)
-            except UnknownSchema as exc:
-                poison[delivery.stream_seq] = ("unknown_schema", f"schema {exc}")
-                record = _degrade(record, delivery, "unknown_schema")
-                verdicts.append(Verdict.POISON)
-                continue
-            except (ValueError, orjson.JSONDecodeError) as exc:
-                poison[delivery.stream_seq] = _poison_reason(exc)
-                record = _degrade(record, delivery, poison[delivery.stream_seq][0])
-                verdicts.append(Verdict.POISON)
-                continue
-            if isinstance(record, Tombstone):
-                if delivery.stream_seq <= record.purged_through or event.session_seq != 1:
-                    verdicts.append(Verdict.SKIPPED)
-                    continue
-                record = None  # a new life of a forgotten session id
-            state = record if isinstance(record, SessionState) else SessionState()
-            if state.degraded is not None:
-                verdicts.append(Verdict.SKIPPED)
-                continue
-            if event.session_seq <= state.session_seq:
-                verdicts.append(Verdict.DUPLICATE)
-                continue
-            if blocked or event.session_seq > state.session_seq + 1:
-                blocked = True
-                if delivery.num_delivered >= self._max_gap_redeliveries:
-                    poison[delivery.stream_seq] = ("gap", "the previous event never arrived")
-                    record = _degrade(record, delivery, "gap")
-                    verdicts.append(Verdict.POISON)
-                else:
-                    verdicts.append(Verdict.GAP)
-                continue
-            if not links(state.chain_head, raw):
-                poison[delivery.stream_seq] = ("broken_chain", "chain does not follow chain_head")
-                record = _degrade(record, delivery, "broken_chain")
-                verdicts.append(Verdict.POISON)
-                continue
-            record = fold(state, event, delivery.stream_seq)
-            verdicts.append(Verdict.APPLIED)
-        return record, verdicts, poison
+        self, record: Record, deliveries: list[Delivery], stored: list[StoredEvent | Unreadable]
+    ) -> tuple[Record, list[Verdict], dict[int, tuple[str, str]]]:
+        """Pure: the record after these deliveries, and a verdict for each (`core.projection`)."""
+        final = [d.num_delivered >= self._max_gap_redeliveries for d in deliveries]
+        record, outcomes = project_all(record, stored, gap_is_final=final)
+        poison = {
+            delivery.stream_seq: (outcome.code, outcome.reason)
+            for delivery, outcome in zip(deliveries, outcomes, strict=True)
+            if outcome.verdict is Verdict.POISON
+        }
+        return record, [outcome.verdict for outcome in outcomes], poison
 
 
-def _degrade(
-    record: SessionState | Tombstone | None, delivery: Delivery, code: str
-) -> SessionState | Tombstone | None:
-    """Mark the session degraded at the first poison message (tombstones stay)."""
-    if isinstance(record, Tombstone):
-        return record
-    state = record or SessionState()
-    if state.degraded is not None:
-        return state
-    return state.model_copy(
-        update={"degraded": DegradedMark(stream_seq=delivery.stream_seq, code=code)}
-    )
-
-
-@dataclass
-class RowDelivery:
-    """A stored event replayed through the projector's rules (rebuild, verification)."""
-
-    subject: str
-    data: bytes
-    stream_seq: int
-    num_delivered: int = 1
-
-    async def ack(self) -> None:
-        """Nothing to acknowledge: the row was read, not delivered."""
-
-    async def nak(self, delay_s: float) -> None:
-        """Nothing to redeliver."""
-
-
-def project(
-    start: SessionState | Tombstone | None, deliveries: list[Delivery]
-) -> SessionState | Tombstone | None:
-    """What the projector's rules make of these stored events, from `start`."""
-    projector = Projector(_NoStore(), _NoDeadLetters(), max_gap_redeliveries=1)
-    record, _, _ = projector._decide(start, deliveries)
-    return record
-
-
-class _NoStore:
-    async def read(self, token: str) -> tuple[bytes | None, int | None]:
-        return None, None
-
-    async def write(self, token: str, value: bytes, revision: int | None) -> int:
-        raise NotImplementedError
-
-
-class _NoDeadLetters:
-    async def send(self, delivery: Delivery, token: str, code: str, reason: str) -> None:
-        raise NotImplementedError
+def stored_of(deliveries: list[Delivery]) -> list[StoredEvent | Unreadable]:
+    """Each delivery's body parsed once (no validation: `project` validates each event once)."""
+    return [read_stored(d.data, d.stream_seq, d.subject) for d in deliveries]

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from contracts.events import Event, HandedOff
+from contracts.subjects import command_subject, kind_subject_filter
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import inject_traceparent, tracer_provider
@@ -26,7 +27,7 @@ from services.runtime import Runtime
 log = logging.getLogger("reminders.propagator")
 
 DURABLE = "propagator"
-FILTER = "transcript.reminder.handed_off.>"
+FILTER = kind_subject_filter("handed_off")
 #: Gateway answers that a later attempt may turn into an ok.
 RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
 
@@ -89,7 +90,7 @@ class Propagator:
 
         async def request(op: str, command: dict[str, Any]) -> dict[str, Any]:
             response = await runtime.connection.request(
-                f"reminders.v1.{op}",
+                command_subject(op),
                 orjson.dumps(command),
                 timeout=self.settings.request_timeout_s,
                 headers=inject_traceparent() or None,

@@ -8,18 +8,20 @@ import time
 import nats
 from nats.aio.client import Client
 
+from contracts.decode import decode
+from contracts.records import Tombstone
 from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import session_token
-from services.adapters.jetstream import decode_event, read_session
-from services.adapters.records import Tombstone, decode_record
+from services.adapters.jetstream import read_session
+from services.adapters.records import decode_record
 from services.adapters.settings import Settings
 
 
 async def replayed(nc: Client, settings: Settings, session_id: str) -> SessionState:
     """The state a replay of the session's stored events gives."""
     stored = await read_session(nc, settings.stream, session_id)
-    return fold_all(SessionState(), [(decode_event(i.data), i.stream_seq) for i in stored])
+    return fold_all(SessionState(), [(decode(i.envelope), i.stream_seq) for i in stored])
 
 
 async def projected(

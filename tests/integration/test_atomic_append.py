@@ -103,7 +103,7 @@ async def test_a_multi_event_command_lands_contiguously_in_one_batch(
     last = await publish_atomic(nc, [SessionAppend("whole", 0, events)], "whole-batch")
     stored = await read_session(nc, provisioned.stream, "whole")
     assert [item.stream_seq for item in stored] == list(range(last - len(events) + 1, last + 1))
-    assert [orjson.loads(item.data)["event_id"] for item in stored] == [e.event_id for e in events]
+    assert [item.envelope["event_id"] for item in stored] == [e.event_id for e in events]
 
 
 async def test_one_sessions_conflict_in_a_group_fails_no_other_sessions_command(

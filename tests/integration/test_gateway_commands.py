@@ -10,10 +10,11 @@ import pytest
 from nats.aio.client import Client
 
 from client.sdk import ReminderClient
+from contracts.decode import decode
 from contracts.events import Event
 from core import chain_link
 from core.canonical import session_token
-from services.adapters.jetstream import decode_event, read_session
+from services.adapters.jetstream import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
@@ -21,7 +22,7 @@ from tests.processes import ServiceRunner
 async def stored(nc: Client, settings: Settings, session_id: str) -> list[tuple[int, str, Event]]:
     """(stream_seq, subject, event) of every stored event of the session."""
     return [
-        (item.stream_seq, item.subject, decode_event(item.data))
+        (item.stream_seq, item.subject, decode(item.envelope))
         for item in await read_session(nc, settings.stream, session_id)
     ]
 
@@ -126,7 +127,7 @@ async def test_each_event_carries_its_event_id_as_nats_msg_id(
     await ReminderClient(nc).inject("ids", "x")
     js = nc.jetstream()
     message = await js.get_msg(provisioned.stream, 1)
-    event = decode_event(message.data or b"")
+    event = decode(message.data or b"")
     assert message.headers is not None
     assert message.headers["Nats-Msg-Id"] == event.event_id
     assert message.headers["Nats-Expected-Last-Subject-Sequence"] == "0"

@@ -9,7 +9,8 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from services.adapters.jetstream import SessionAppend, decode_event, read_session
+from contracts.decode import decode
+from services.adapters.jetstream import SessionAppend, read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import CommitUncertain, GroupCommitter
 from services.gateway.service import CommandService
@@ -52,7 +53,7 @@ async def test_a_commit_whose_ack_was_lost_is_answered_from_the_log_and_not_appl
     assert reply["ok"] is True
     assert reply["envelope"]["directive_ids"]
     assert reply["inline"]["text"].startswith("hi\n\n")
-    events = [decode_event(i.data) for i in await read_session(nc, provisioned.stream, "lost")]
+    events = [decode(i.envelope) for i in await read_session(nc, provisioned.stream, "lost")]
     assert [e.kind for e in events].count("delivered") == 1
     for committer in (flaky, other._committer):
         await committer.stop()
@@ -64,8 +65,8 @@ async def test_forget_purges_what_another_replica_appended_while_it_waited(
     gateway = service(nc, provisioned, GroupCommitter(nc))
     other = service(nc, provisioned, GroupCommitter(nc))
     await gateway.handle("inject", orjson.dumps({"session_id": "race", "reminder": {"body": "a"}}))
-    reader = gateway._reader
-    original = reader._consumers_settled
+    forgetter = gateway._forgetter
+    original = forgetter._consumers_settled
     calls: list[int] = []
 
     async def settle_while_another_replica_writes(last_seq: int, timeout_s: float = 10.0) -> Any:
@@ -75,7 +76,7 @@ async def test_forget_purges_what_another_replica_appended_while_it_waited(
             assert (await other.handle("inject", orjson.dumps(body)))["ok"]
         return await original(last_seq, timeout_s)
 
-    monkeypatch.setattr(reader, "_consumers_settled", settle_while_another_replica_writes)
+    monkeypatch.setattr(forgetter, "_consumers_settled", settle_while_another_replica_writes)
     reply = await gateway.handle("forget", orjson.dumps({"session_id": "race"}))
     assert reply["ok"] is True and reply["purged_count"] == 2
     assert await read_session(nc, provisioned.stream, "race") == []

@@ -10,10 +10,11 @@ import orjson
 from nats.aio.client import Client
 
 from client.sdk import ReminderClient
+from contracts.decode import decode
 from contracts.errors import ReminderError
 from contracts.state import SessionState
 from core import fold_all
-from services.adapters.jetstream import decode_event, read_session
+from services.adapters.jetstream import read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import GroupCommitter
 from services.gateway.service import CommandService
@@ -24,7 +25,7 @@ UNLIMITED = {"REMINDERS_RATE_LIMIT": "100000"}
 
 async def folded(nc: Client, settings: Settings, session_id: str) -> tuple[SessionState, list[Any]]:
     stored = await read_session(nc, settings.stream, session_id)
-    events = [decode_event(item.data) for item in stored]
+    events = [decode(item.envelope) for item in stored]
     return fold_all(SessionState(), events), events
 
 

@@ -10,9 +10,9 @@ from nats.aio.client import Client
 
 from cli.provision import provision_all
 from client.sdk import ReminderClient
+from contracts.records import Tombstone
 from contracts.state import SessionState
 from services.adapters.jetstream import read_session
-from services.adapters.records import Tombstone
 from services.adapters.settings import Settings
 from tests.integration.read_side import projected, replayed, wait_projected_equal
 from tests.processes import ServiceRunner

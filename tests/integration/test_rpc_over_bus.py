@@ -75,7 +75,7 @@ async def test_notifications_inject_without_a_reply(
         if len(stored) == 2:
             break
         await asyncio.sleep(0.1)
-    bodies = sorted(orjson.loads(item.data)["payload"]["reminder"]["body"] for item in stored)
+    bodies = sorted(item.envelope["payload"]["reminder"]["body"] for item in stored)
     assert bodies == ["fallback", "mcp"]
-    assert all(orjson.loads(i.data)["payload"]["reminder"]["source"] == "bridge" for i in stored)
-    assert all(orjson.loads(i.data)["kind"] == "queued" for i in stored)
+    assert all(i.envelope["payload"]["reminder"]["source"] == "bridge" for i in stored)
+    assert all(i.envelope["kind"] == "queued" for i in stored)

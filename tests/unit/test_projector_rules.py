@@ -8,10 +8,11 @@ import orjson
 import pytest
 
 from contracts.events import Event
+from contracts.records import Tombstone
 from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import event_subject
-from services.adapters.records import Tombstone, decode_record, encode_state
+from services.adapters.records import decode_record, encode_state
 from services.projector.apply import Delivery, Projector, StaleRevision, Verdict
 from tests.support import Driver
 

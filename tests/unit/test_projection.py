@@ -1,0 +1,112 @@
+"""`core.projection.project`: the projector's rules as one pure function (SPEC §6.3–§6.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from contracts.events import Event
+from contracts.records import Tombstone
+from contracts.state import SessionState
+from contracts.stored import StoredEvent, read_stored
+from contracts.subjects import event_subject
+from core import fold_all
+from core.projection import Verdict, project, project_all
+from tests.support import Driver
+
+
+def session_log(session_id: str = "s1") -> list[Event]:
+    driver = Driver(session_id)
+    driver.inject("a", ttl_turns=2)
+    driver.inject("b")
+    driver.ok("render", turn=0)
+    return driver.log
+
+
+def stored(events: list[Event], first_seq: int = 1) -> list[StoredEvent]:
+    return [
+        StoredEvent(e.to_wire(), first_seq + i, event_subject(e.kind, e.session_id))
+        for i, e in enumerate(events)
+    ]
+
+
+def test_a_whole_log_projects_to_the_fold_of_its_events() -> None:
+    log = session_log()
+    record, outcomes = project_all(None, stored(log))
+    assert [o.verdict for o in outcomes] == [Verdict.APPLIED] * len(log)
+    assert record == fold_all(SessionState(), [(e, i + 1) for i, e in enumerate(log)])
+
+
+def test_duplicates_gaps_and_waiting_after_a_gap() -> None:
+    rows = stored(session_log())
+    record, _ = project(None, rows[0])
+    assert project(record, rows[0])[1].verdict is Verdict.DUPLICATE
+    assert project(record, rows[2])[1].verdict is Verdict.GAP
+    assert project(record, rows[1], after_gap=True)[1].verdict is Verdict.GAP
+    degraded, outcome = project(record, rows[2], gap_is_final=True)
+    assert (outcome.verdict, outcome.code) == (Verdict.POISON, "gap")
+    assert isinstance(degraded, SessionState) and degraded.degraded is not None
+    assert project(degraded, rows[1])[1].verdict is Verdict.SKIPPED
+
+
+def test_a_broken_chain_is_poison_and_marks_the_session() -> None:
+    rows = stored(session_log())
+    record, _ = project(None, rows[0])
+    forged = StoredEvent({**rows[1].envelope, "turn": 9}, rows[1].stream_seq, rows[1].subject)
+    after, outcome = project(record, forged)
+    assert (outcome.verdict, outcome.code) == (Verdict.POISON, "broken_chain")
+    assert isinstance(after, SessionState) and after.degraded is not None
+    assert after.degraded.stream_seq == rows[1].stream_seq
+
+
+def test_undecodable_and_unknown_versions_are_poison_with_their_codes() -> None:
+    subject = "transcript.reminder.injected.s1"
+    for data, code in (
+        (b"{not json", "undecodable"),
+        (b"[]", "invalid_event"),
+        (orjson.dumps({"schema": "reminder-ledger.event/v9"}), "unknown_schema"),
+    ):
+        record, outcome = project(None, read_stored(data, 4, subject))
+        assert (outcome.verdict, outcome.code) == (Verdict.POISON, code)
+        assert isinstance(record, SessionState) and record.degraded is not None
+        assert record.degraded.code == code and record.degraded.stream_seq == 4
+
+
+def with_subject(row: StoredEvent, subject: str, **envelope: Any) -> StoredEvent:
+    return StoredEvent({**row.envelope, **envelope}, row.stream_seq, subject)
+
+
+def test_an_event_its_subject_does_not_confirm_is_poison_and_degrades_the_subjects_session() -> (
+    None
+):
+    row = stored(session_log("K"))[0]
+    for subject in ("transcript.reminder.fired.K", "transcript.reminder.injected.L"):
+        record, outcome = project(None, with_subject(row, subject))
+        assert (outcome.verdict, outcome.code) == (Verdict.POISON, "wrong_subject")
+        assert isinstance(record, SessionState) and record.degraded is not None
+        assert record.degraded.code == "wrong_subject"
+    other_session = with_subject(row, row.subject, session_id="L")
+    assert project(None, other_session)[1].code == "wrong_subject"
+
+
+def test_an_event_on_a_subject_of_the_wrong_shape_is_poison_but_degrades_no_session() -> None:
+    rows = stored(session_log("K"))
+    junk = with_subject(rows[0], "transcript.reminder.injected.junk.K")
+    record, outcome = project(None, junk)
+    assert (outcome.verdict, outcome.code) == (Verdict.POISON, "wrong_subject")
+    assert record is None
+    record, outcomes = project_all(None, [junk, *rows])
+    assert [o.verdict for o in outcomes] == [Verdict.POISON] + [Verdict.APPLIED] * len(rows)
+    assert isinstance(record, SessionState) and record.degraded is None
+
+
+def test_a_tombstone_skips_purged_events_and_a_new_life_starts_afresh() -> None:
+    log = session_log()
+    tombstone = Tombstone(session_token="s1", purged_through=10, forgotten_at="2026-11-29T00:00Z")
+    record, outcomes = project_all(tombstone, stored(log))
+    assert record is tombstone and {o.code for o in outcomes} == {"tombstoned"}
+    record, outcomes = project_all(tombstone, stored(log, first_seq=11))
+    assert isinstance(record, SessionState) and record.session_seq == len(log)
+    # A poison message cannot turn a tombstone back into a state.
+    assert project(tombstone, read_stored(b"{", 12, "transcript.reminder.x.s1"))[0] is tombstone
