@@ -5,10 +5,12 @@ Read-only: it never creates or changes anything.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import nats
 from nats.aio.client import Client
+from nats.js.api import ConsumerInfo
 
 from services.adapters.connection import NatsUnreachable, connect
 from services.adapters.jetstream import (
@@ -66,15 +68,35 @@ async def _bucket_check(nc: Client, settings: Settings) -> Check:
 async def _consumer_checks(nc: Client, settings: Settings) -> list[Check]:
     checks = []
     for durable in WORKERS:
-        try:
-            info = await nc.jetstream().consumer_info(settings.stream, durable)
-        except nats.js.errors.NotFoundError:
-            checks.append(Check(f"consumer {durable}", False, "missing: is the worker running?"))
+        info = await _pulled_consumer_info(nc, settings.stream, durable)
+        if info is None:
+            checks.append(Check(f"consumer {durable}", False, "missing: run `reminders provision`"))
             continue
         lag, unacked = int(info.num_pending or 0), int(info.num_ack_pending or 0)
+        if not info.num_waiting and not unacked:
+            detail = f"no worker is pulling (lag {lag}): is the {durable} running?"
+            checks.append(Check(f"consumer {durable}", False, detail))
+            continue
         detail = f"lag {lag}, unacked {unacked}"
         checks.append(Check(f"consumer {durable}", lag < LAG_WARNING, detail))
     return checks
+
+
+async def _pulled_consumer_info(
+    nc: Client, stream: str, durable: str, attempts: int = 6
+) -> ConsumerInfo | None:
+    """The consumer's info once a worker's pull request is seen waiting (a running worker
+    long-polls, so one is there nearly always), or the last info read; None when missing."""
+    info: ConsumerInfo | None = None
+    for _ in range(attempts):
+        try:
+            info = await nc.jetstream().consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError:
+            return None
+        if info.num_waiting:
+            return info
+        await asyncio.sleep(0.25)
+    return info
 
 
 async def _dlq_check(nc: Client, settings: Settings) -> Check:

@@ -30,9 +30,15 @@ class ReminderClient:
         self._owns_connection = owns_connection
 
     @classmethod
-    async def connect(cls, url: str, timeout_s: float = 10.0) -> ReminderClient:
-        """Open a connection of its own (closed with the client)."""
-        nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3)
+    async def connect(cls, url: str, timeout_s: float = 10.0, **options: Any) -> ReminderClient:
+        """Open a connection of its own (closed with the client).
+
+        `options` go to `nats.connect` (credentials, TLS). With a `user`, replies come back
+        under that user's private inbox `_INBOX.<user>` unless `inbox_prefix` says otherwise.
+        """
+        if options.get("user") and "inbox_prefix" not in options:
+            options["inbox_prefix"] = f"_INBOX.{options['user']}"
+        nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3, **options)
         return cls(nc, timeout_s, owns_connection=True)
 
     async def close(self) -> None:

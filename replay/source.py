@@ -1,8 +1,9 @@
 """Where a replay reads events from: an exported JSON Lines file, or NATS (SPEC §7.1).
 
-From NATS, one session is read with a subject-filtered ordered consumer on
-`transcript.reminder.*.<token>`, so the cost grows with that session's events, not with the
-stream. An export row is the event envelope plus `stream_seq` and `subject`.
+From NATS, one session is read by its subject filter `transcript.reminder.*.<token>` with
+batched direct gets, so the cost grows with that session's events, not with the stream, and an
+auditor needs no right to create a consumer. An export row is the event envelope plus
+`stream_seq` and `subject`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 import nats
 import orjson
 from nats.aio.client import Client
-from nats.js.api import ConsumerInfo, DeliverPolicy
 
 from contracts.decode import UnknownSchema, upcast
 from contracts.stored import StoredEvent
 from contracts.subjects import EVENT_SUBJECTS, session_subject_filter
 from replay.errors import ReplayError
+from services.adapters.jetstream import JetStreamApiError, iterate_direct
 
 EVENT_FILTER = EVENT_SUBJECTS
 
@@ -89,16 +90,11 @@ async def connect_for_replay(url: str, options: dict[str, Any] | None = None) ->
 
 @dataclass
 class ReadStats:
-    """What a read cost: messages received, and what the server's consumer says it sent."""
+    """What a read from NATS cost: matching messages when it began, and what the server sent."""
 
-    delivered: int = 0
     matching_at_start: int = 0
-    consumer_delivered: int = 0
-
-
-def _sent(info: ConsumerInfo) -> int:
-    """How many messages the server's consumer has sent so far."""
-    return int(info.delivered.consumer_seq or 0) if info.delivered is not None else 0
+    delivered: int = 0
+    server_sent: int = 0
 
 
 async def iterate_stream(
@@ -108,46 +104,34 @@ async def iterate_stream(
     stats: ReadStats | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> AsyncIterator[StoredEvent]:
-    """Every stored message matching the filter, in order, through an ordered consumer."""
-    js = nc.jetstream()
-    try:
-        subscription = await js.subscribe(
-            subject_filter, stream=stream, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-        )
-    except nats.js.errors.NotFoundError:
-        raise ReplayError(f"stream {stream} does not exist") from None
+    """Every stored message matching the filter, in order (batched direct gets: the reader
+    needs no consumer, and the cost grows with the matching messages only)."""
     stats = stats or ReadStats()
     try:
-        info = await subscription.consumer_info()
-        # Some may already be on their way to us: count what was sent plus what is left.
-        total = int(info.num_pending or 0) + _sent(info)
-        stats.matching_at_start = total
-        if total == 0:
-            return
-        while True:
-            message = await subscription.next_msg(timeout=10)
+        async for raw in iterate_direct(nc, stream, subject_filter):
+            stats.server_sent += 1
+            if stats.delivered == 0:
+                stats.matching_at_start = raw.pending + 1
             stats.delivered += 1
             try:
-                envelope = orjson.loads(message.data)
+                envelope = orjson.loads(raw.data)
             except orjson.JSONDecodeError:
                 envelope = {"schema": None}
-            metadata = message.metadata
             if not isinstance(envelope, dict):
                 envelope = {"schema": None}
-            yield StoredEvent(envelope, int(metadata.sequence.stream), message.subject)
+            yield StoredEvent(envelope, raw.stream_seq, raw.subject)
             if progress is not None:
-                progress(stats.delivered, total)
-            if metadata.num_pending == 0:
-                stats.consumer_delivered = _sent(await subscription.consumer_info())
-                return
-    finally:
-        await subscription.unsubscribe()
+                progress(stats.delivered, stats.delivered + raw.pending)
+    except JetStreamApiError as exc:
+        raise ReplayError(f"stream {stream} cannot be read: {exc.description}") from None
+    except nats.errors.NoRespondersError:
+        raise ReplayError(f"stream {stream} does not exist") from None
 
 
 async def rows_from_nats(
     nc: Client, stream: str, session_id: str, stats: ReadStats | None = None
 ) -> list[StoredEvent]:
-    """One session's rows, read with a subject-filtered ordered consumer."""
+    """One session's rows, read by its subject filter (`iterate_stream`)."""
     rows = [
         row async for row in iterate_stream(nc, stream, session_subject_filter(session_id), stats)
     ]

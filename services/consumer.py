@@ -18,7 +18,6 @@ from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from typing import Literal
 
-import nats.errors
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
@@ -98,8 +97,8 @@ class EventConsumer:
             while not stop.is_set():
                 try:
                     messages = await subscription.fetch(self.batch, timeout=1.0)
-                except nats.errors.TimeoutError:
-                    continue  # idle: nothing to do, and nothing wrong
+                except TimeoutError:  # nats-py's and asyncio's: idle, nothing wrong
+                    continue
                 except Exception as exc:  # NATS away: nats-py reconnects; pull again soon
                     log.warning("fetch failed", extra={"error": type(exc).__name__})
                     await asyncio.sleep(0.5)

@@ -19,8 +19,11 @@ class NatsUnreachable(RuntimeError):
 
 
 async def _quiet_error(exc: Exception) -> None:
-    # nats-py prints a traceback by default; one line is enough, and never a payload.
-    log.warning("nats connection trouble", extra={"error": type(exc).__name__})
+    # nats-py prints a traceback by default; one line is enough, and never a payload. The
+    # server's own error text (a permissions violation names the subject) carries none.
+    log.warning(
+        "nats connection trouble", extra={"error": type(exc).__name__, "detail": str(exc)[:200]}
+    )
 
 
 async def connect(settings: Settings, name: str, startup_timeout_s: float = 10.0) -> Client:

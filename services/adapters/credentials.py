@@ -38,4 +38,17 @@ def nats_kwargs(settings: Settings) -> dict[str, Any]:
     context = ssl_context(settings)
     if context is not None:
         options["tls"] = context
+    inbox_prefix = inbox_prefix_for(settings)
+    if inbox_prefix is not None:
+        options["inbox_prefix"] = inbox_prefix
     return options
+
+
+def inbox_prefix_for(settings: Settings) -> str | None:
+    """The private reply inbox of the configured user: replies and JetStream deliveries come
+    back under it, and the server lets only that user subscribe there (SPEC §10)."""
+    if settings.nats_inbox_prefix:
+        return settings.nats_inbox_prefix
+    if settings.nats_user:
+        return f"_INBOX.{settings.nats_user}"
+    return None

@@ -14,7 +14,7 @@ Facts this module relies on, measured against nats-server 2.15:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,22 +290,31 @@ async def publish_atomic(
     raise AssertionError("unreachable")
 
 
-async def read_session(
+@dataclass(frozen=True)
+class RawStored:
+    """One stored message as a direct get returned it, with how many matching ones follow."""
+
+    data: bytes
+    stream_seq: int
+    subject: str
+    pending: int
+
+
+async def iterate_direct(
     nc: Client,
     stream: str,
-    session_id: str,
+    subject_filter: str,
     after_seq: int = 0,
     batch: int = 512,
     timeout_s: float = 5.0,
-) -> list[StoredEvent]:
-    """Every stored event of one session after `after_seq`, in order (batched direct get).
+) -> AsyncIterator[RawStored]:
+    """Every stored message matching `subject_filter` after `after_seq`, in order, read with
+    batched direct gets.
 
-    The cost grows with the session's own events, not with the stream; no consumer is made.
-    Decode each with `contracts.decode.decode(stored.envelope)`; a body that is not a JSON
-    object raises `contracts.decode.DecodeError` here.
+    No consumer is made, so a reader needs no right to create one (a reader that may create
+    consumers may also make the server deliver to any subject it names), and the cost grows
+    with the matching messages, not with the stream.
     """
-    subject_filter = session_subject_filter(session_id)
-    found: list[StoredEvent] = []
     next_seq = after_seq + 1
     while True:
         inbox = nc.new_inbox()
@@ -319,7 +328,7 @@ async def read_session(
                 headers = message.headers or {}
                 status = headers.get("Status")
                 if status == "404":
-                    return found
+                    return
                 if status == "204":
                     more = int(headers.get("Nats-Num-Pending", "0")) > 0
                     break
@@ -328,14 +337,38 @@ async def read_session(
                         {"code": int(status), "description": headers.get("Description", "")}
                     )
                 stream_seq = int(headers["Nats-Sequence"])
-                found.append(
-                    StoredEvent.from_bytes(message.data, stream_seq, headers["Nats-Subject"])
+                yield RawStored(
+                    message.data,
+                    stream_seq,
+                    headers["Nats-Subject"],
+                    int(headers.get("Nats-Num-Pending", "0")),
                 )
                 next_seq = stream_seq + 1
         finally:
             await subscription.unsubscribe()
         if not more:
-            return found
+            return
+
+
+async def read_session(
+    nc: Client,
+    stream: str,
+    session_id: str,
+    after_seq: int = 0,
+    batch: int = 512,
+    timeout_s: float = 5.0,
+) -> list[StoredEvent]:
+    """Every stored event of one session after `after_seq`, in order (`iterate_direct`).
+
+    Decode each with `contracts.decode.decode(stored.envelope)`; a body that is not a JSON
+    object raises `contracts.decode.DecodeError` here.
+    """
+    return [
+        StoredEvent.from_bytes(raw.data, raw.stream_seq, raw.subject)
+        async for raw in iterate_direct(
+            nc, stream, session_subject_filter(session_id), after_seq, batch, timeout_s
+        )
+    ]
 
 
 async def last_session_seq(nc: Client, stream: str, session_id: str, timeout_s: float = 5.0) -> int:

@@ -28,6 +28,7 @@ ALLOWED_EXTRA = frozenset(
         "size",
         "lag",
         "pid",
+        "detail",
     }
 )
 

@@ -41,6 +41,11 @@ class Settings(BaseModel):
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
     nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
     nats_password: str | None = Field(default=None, description="REMINDERS_NATS_PASSWORD")
+    nats_inbox_prefix: str | None = Field(
+        default=None,
+        description="REMINDERS_NATS_INBOX_PREFIX; default `_INBOX.<user>` with a user, "
+        "else `_INBOX` (the reply inbox each user alone may subscribe to)",
+    )
     nats_token: str | None = Field(default=None, description="REMINDERS_NATS_TOKEN")
     nats_creds_file: Path | None = Field(default=None, description="REMINDERS_NATS_CREDS_FILE")
     nats_nkey_seed_file: Path | None = Field(
@@ -78,6 +83,7 @@ class Settings(BaseModel):
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
             "REMINDERS_NATS_USER": "nats_user",
             "REMINDERS_NATS_PASSWORD": "nats_password",
+            "REMINDERS_NATS_INBOX_PREFIX": "nats_inbox_prefix",
             "REMINDERS_NATS_TOKEN": "nats_token",
             "REMINDERS_NATS_CREDS_FILE": "nats_creds_file",
             "REMINDERS_NATS_NKEY_SEED_FILE": "nats_nkey_seed_file",

@@ -80,8 +80,13 @@ class ProjectorWorker:
                 log.warning("fetch failed", extra={"error": type(exc).__name__})
                 await asyncio.sleep(0.5)
                 continue
-            if messages:
+            if not messages:
+                continue
+            try:
                 await self._project([NatsDelivery(message) for message in messages])
+            except Exception as exc:  # NATS away mid-batch: what was not acked is redelivered
+                log.warning("batch not applied", extra={"error": type(exc).__name__})
+                await asyncio.sleep(0.5)
         stopping.cancel()
 
     async def _project(self, deliveries: list[NatsDelivery]) -> None:

@@ -135,9 +135,9 @@ async def test_replaying_one_session_reads_only_that_sessions_messages(
     stats = ReadStats()
     rows = await rows_from_nats(nc, provisioned.stream, "needle", stats)
     assert len(rows) == 2
-    # The server's consumer matched and sent exactly the session's two messages.
+    # The server matched and sent exactly the session's two messages.
     assert stats.matching_at_start == 2
-    assert stats.consumer_delivered == 2
+    assert stats.server_sent == 2
     assert stats.delivered == 2
     info = await nc.jetstream().stream_info(provisioned.stream)
     assert info.state.messages == 302

@@ -35,7 +35,7 @@ async def test_doctor_passes_on_a_healthy_system_and_names_each_failure(
 ) -> None:
     missing = await asyncio.to_thread(doctor, provisioned.nats_url)
     assert missing.returncode == 1
-    assert "consumer projector" in missing.stdout and "missing" in missing.stdout
+    assert "consumer projector" in missing.stdout and "no worker is pulling" in missing.stdout
     for name in ("gateway", "projector", "propagator", "observer"):
         services.start(name)
     await ReminderClient(nc).inject("doc", "x")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import nats
+import orjson
 import pytest
 
 from cli.embedded import EmbeddedNats
@@ -19,7 +21,7 @@ from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 ROOT = Path(__file__).resolve().parents[2]
-USERS = ("gateway", "projector", "propagator", "observer", "client", "replay", "operator")
+USERS = ("admin", "gateway", "projector", "propagator", "observer", "client", "replay", "operator")
 
 
 def password(user: str) -> str:
@@ -37,9 +39,25 @@ def secured_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     server = EmbeddedNats(tmp_path / "store", config_file=config)
     server.start()
     try:
+        provision_as_admin(server.url)
         yield server
     finally:
         server.kill()
+
+
+def provision_as_admin(url: str) -> None:
+    """`reminders provision` under the admin user, as the compose one-shot and k8s Job do."""
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", "provision", "--nats", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, **as_user("admin")},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "REMINDERS/projector: created" in result.stdout
 
 
 def as_user(user: str) -> dict[str, str]:
@@ -53,7 +71,12 @@ async def connect_as(server: EmbeddedNats, user: str) -> nats.aio.client.Client:
         errors.append(exc)
 
     nc = await nats.connect(
-        server.url, user=user, password=password(user), error_cb=record, max_reconnect_attempts=2
+        server.url,
+        user=user,
+        password=password(user),
+        error_cb=record,
+        max_reconnect_attempts=2,
+        inbox_prefix=f"_INBOX.{user}",
     )
     nc._test_errors = errors  # type: ignore[attr-defined]
     return nc
@@ -75,7 +98,7 @@ async def test_every_service_works_under_its_own_user_and_no_more(
     settings = Settings.from_env({}, nats_url=secured_server.url)
     runner = ServiceRunner(settings, tmp_path / "logs")
     try:
-        for service in ("gateway", "projector", "propagator"):
+        for service in ("gateway", "projector", "propagator", "observer"):
             runner.start(service, extra_env=as_user(service))
         client_nc = await connect_as(secured_server, "client")
         client = ReminderClient(client_nc)
@@ -164,6 +187,15 @@ def test_a_service_authenticates_with_a_token_from_configuration(tmp_path: Path)
     server.start()
     runner = ServiceRunner(Settings.from_env({}, nats_url=server.url), tmp_path / "logs")
     try:
+        provisioned = subprocess.run(
+            [sys.executable, "-m", "cli.main", "provision", "--nats", server.url],
+            capture_output=True,
+            timeout=60,
+            cwd=ROOT,
+            check=False,
+            env={**os.environ, "REMINDERS_NATS_TOKEN": "s3cret-token"},
+        )
+        assert provisioned.returncode == 0, provisioned.stderr
         runner.start("gateway", extra_env={"REMINDERS_NATS_TOKEN": "s3cret-token"})
 
         async def use() -> dict[str, object]:
@@ -179,3 +211,93 @@ def test_a_service_authenticates_with_a_token_from_configuration(tmp_path: Path)
     finally:
         runner.stop_all()
         server.kill()
+
+
+async def denied(nc: nats.aio.client.Client, subject: str, body: bytes = b"{}") -> bool:
+    """Whether a request on `subject` was refused by the server (a permissions violation,
+    and so no answer)."""
+    before = len(violations(nc))
+    with contextlib.suppress(Exception):
+        await nc.request(subject, body, timeout=0.5)
+    await nc.flush()
+    await asyncio.sleep(0.1)
+    return len(violations(nc)) > before
+
+
+async def test_every_denial_of_the_least_privilege_rules_holds_on_a_real_server(
+    secured_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    settings = Settings.from_env({}, nats_url=secured_server.url)
+    runner = ServiceRunner(settings, tmp_path / "logs")
+    try:
+        for service in ("gateway", "projector", "observer"):
+            runner.start(service, extra_env=as_user(service))
+        operator = await connect_as(secured_server, "operator")
+        spy = await connect_as(secured_server, "client")
+        client_nc = await connect_as(secured_server, "client")
+        client = ReminderClient(client_nc)
+
+        # Replies cannot be sniffed: nobody may subscribe to another user's inbox.
+        sniffed: list[bytes] = []
+
+        async def sniff(msg: nats.aio.msg.Msg) -> None:
+            sniffed.append(msg.data)
+
+        for pattern in ("_INBOX.>", "_INBOX.gateway.>", "_INBOX.projector.>"):
+            await spy.subscribe(pattern, cb=sniff)
+        await spy.flush()
+        await asyncio.sleep(0.2)
+        assert len(violations(spy)) >= 3
+        await client.inject("private", "a secret body", id="p1")
+        await client.call("state", {"session_id": "private"})
+        await asyncio.sleep(0.3)
+        assert sniffed == []
+
+        # Only the observer publishes ACP notifications; only the propagator sends inherit;
+        # only the operator forgets; nobody but the providers service evaluates.
+        for subject in (
+            "reminders.v1.acp.private",
+            "reminders.v1.inherit",
+            "reminders.v1.forget",
+            "reminders.v1.evaluate",
+        ):
+            assert await denied(client_nc, subject), subject
+
+        # No service holds $JS.API.>: none can purge or delete a stream, or a durable.
+        events_before = await count(operator)
+        for user in ("projector", "propagator", "observer", "gateway"):
+            nc = await connect_as(secured_server, user)
+            for subject in (
+                "$JS.API.STREAM.DELETE.REMINDERS",
+                "$JS.API.STREAM.UPDATE.REMINDERS",
+                "$JS.API.CONSUMER.DELETE.REMINDERS.projector",
+                "$JS.API.CONSUMER.CREATE.REMINDERS.rogue",
+                "$JS.API.STREAM.CREATE.ROGUE",
+            ):
+                assert await denied(nc, subject), (user, subject)
+            if user != "gateway":  # the gateway purges for `forget`, which only operators send
+                assert await denied(nc, "$JS.API.STREAM.PURGE.REMINDERS"), user
+            await nc.close()
+        assert await count(operator) == events_before
+
+        # The auditor: no durable consumer created or deleted, no stream changed.
+        auditor = await connect_as(secured_server, "replay")
+        for subject in (
+            "$JS.API.CONSUMER.DELETE.REMINDERS.projector",
+            "$JS.API.CONSUMER.CREATE.REMINDERS.rogue",
+            "$JS.API.CONSUMER.DURABLE.CREATE.REMINDERS.rogue",
+            "$JS.API.CONSUMER.CREATE.REMINDERS",
+            "$JS.API.STREAM.PURGE.REMINDERS",
+        ):
+            assert await denied(auditor, subject), subject
+        # ...nor a push consumer, which would make the server deliver on any subject it names.
+        push = orjson.dumps(
+            {"stream_name": "REMINDERS", "config": {"deliver_subject": "reminders.v1.inject"}}
+        )
+        assert await denied(auditor, "$JS.API.CONSUMER.CREATE.REMINDERS", push)
+        names = await operator.jetstream().consumers_info("REMINDERS")
+        assert {info.name for info in names} == {"projector", "propagator", "observer"}
+        for connection in (operator, spy, client_nc, auditor):
+            await connection.close()
+    finally:
+        runner.stop_all()
