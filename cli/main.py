@@ -204,6 +204,32 @@ def asyncapi(
     typer.echo(str(write_asyncapi()))
 
 
+@app.command(name="mcp")
+def mcp_server(
+    nats_url: str | None = typer.Option(
+        None,
+        "--nats",
+        "--nats-url",
+        envvar="REMINDERS_NATS_URL",
+        help="NATS server of the ledger (default nats://127.0.0.1:4222).",
+    ),
+) -> None:
+    """Serve the ledger to MCP hosts on stdio: tools to inject, clear and revoke reminders
+    and to read a session's state and pending injections (ledger errors are tool errors)."""
+    from cli.mcp_server import serve_stdio
+    from services.adapters.connection import NatsUnreachable
+    from services.adapters.logs import configure_logging
+
+    configure_logging("WARNING")  # JSON lines on stderr; stdout is the MCP protocol's
+    settings = Settings.from_env(nats_url=nats_url)
+    try:
+        asyncio.run(serve_stdio(settings))
+    except NatsUnreachable as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
 def _register_audit_commands() -> None:
     from cli.audit import register
 

@@ -1,8 +1,10 @@
 """Wiring of the observer: its own durable consumer over `transcript.reminder.>`.
 
 Metrics carry only the event kind and reason as labels — never a session id, a reminder id
-or any text. Span events carry ids and counts. For every `fired` event an ACP
-`session/update` notification (`reminder_emitted`) goes to `reminders.v1.acp.<token>`.
+or any text. Span events carry ids and counts. For every `fired` event two ACP notifications go to
+`reminders.v1.acp.<token>`, in this order: the reference runtime's `session/update`
+(`reminder_emitted`), then the extension notification `_reminders/emitted` that ACP clients
+whose union of session updates is closed route to their extension handler (SPEC §8).
 """
 
 from __future__ import annotations
@@ -34,10 +36,28 @@ DURABLE = "observer"
 Publish = Callable[[str, bytes], Awaitable[None]]
 
 
-def acp_notification(event: ev.Event) -> dict[str, Any]:
-    """The outbound ACP `session/update` for one `fired` event (SPEC §8)."""
+#: The ACP extension method carrying the same reminder (SPEC §8); `_` marks an extension.
+ACP_EXTENSION_METHOD = "_reminders/emitted"
+
+
+def acp_reminder(event: ev.Event) -> dict[str, Any]:
+    """The reminder fields both ACP notifications carry for one `fired` event."""
     payload = event.payload
     assert isinstance(payload, ev.Fired)
+    return {
+        "reminderId": payload.reminder_id,
+        "tags": payload.tags,
+        "body": payload.body,
+        "roleHint": payload.role_hint,
+        "authority": payload.authority,
+        "renderedRole": payload.rendered_role,
+        "source": payload.source,
+        "ttlTurns": payload.ttl_turns,
+    }
+
+
+def acp_notification(event: ev.Event) -> dict[str, Any]:
+    """The reference runtime's ACP `session/update` for one `fired` event (SPEC §8)."""
     return {
         "jsonrpc": "2.0",
         "method": "session/update",
@@ -45,23 +65,24 @@ def acp_notification(event: ev.Event) -> dict[str, Any]:
             "sessionId": event.session_id,
             "update": {
                 "sessionUpdate": "reminder_emitted",
-                "_meta": {
-                    "harn": {
-                        "reminder": {
-                            "reminderId": payload.reminder_id,
-                            "tags": payload.tags,
-                            "body": payload.body,
-                            "roleHint": payload.role_hint,
-                            "authority": payload.authority,
-                            "renderedRole": payload.rendered_role,
-                            "source": payload.source,
-                            "ttlTurns": payload.ttl_turns,
-                        }
-                    }
-                },
+                "_meta": {"harn": {"reminder": acp_reminder(event)}},
             },
         },
     }
+
+
+def acp_extension_notification(event: ev.Event) -> dict[str, Any]:
+    """The ACP extension notification `_reminders/emitted` for one `fired` event (SPEC §8)."""
+    return {
+        "jsonrpc": "2.0",
+        "method": ACP_EXTENSION_METHOD,
+        "params": {"sessionId": event.session_id, "reminder": acp_reminder(event)},
+    }
+
+
+def acp_notifications(event: ev.Event) -> list[dict[str, Any]]:
+    """Both notifications for one `fired` event, in publication order."""
+    return [acp_notification(event), acp_extension_notification(event)]
 
 
 @dataclass
@@ -131,12 +152,14 @@ def span_event(event: ev.Event) -> None:
 
 
 async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publish) -> Outcome:
-    """Count one event, note it on the current span, and notify ACP clients of a `fired`."""
+    """Count one event, note it on the current span, and notify ACP clients of a `fired`:
+    the `session/update`, then right after it the `_reminders/emitted` extension."""
     metrics.observe(event)
     span_event(event)
     if isinstance(event.payload, ev.Fired):
-        token = session_token(event.session_id)
-        await publish(acp_subject(token), orjson.dumps(acp_notification(event)))
+        subject = acp_subject(session_token(event.session_id))
+        for notification in acp_notifications(event):
+            await publish(subject, orjson.dumps(notification))
     return ACK
 
 

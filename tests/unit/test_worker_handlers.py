@@ -113,13 +113,49 @@ async def test_the_observer_notifies_acp_clients_of_a_fired_reminder(
     outcome: Outcome = await handle_event(fired_event("s1"), metrics, published)
 
     assert outcome == ACK
-    [(subject, body)] = published.messages
-    assert subject == "reminders.v1.acp.s1"
+    [(subject, body), (extension_subject, extension_body)] = published.messages
+    assert subject == extension_subject == "reminders.v1.acp.s1"
     notification = orjson.loads(body)
     assert notification["method"] == "session/update"
-    reminder = notification["params"]["update"]["_meta"]["harn"]["reminder"]
+    assert notification["params"]["sessionId"] == "s1"
+    update = notification["params"]["update"]
+    assert update["sessionUpdate"] == "reminder_emitted"
+    reminder = update["_meta"]["harn"]["reminder"]
     assert reminder["body"] == "look at the failing test"
     assert reminder["tags"] == ["tests"]
+    # Right after it, the ACP extension notification with the very same reminder fields.
+    extension = orjson.loads(extension_body)
+    assert extension == {
+        "jsonrpc": "2.0",
+        "method": "_reminders/emitted",
+        "params": {"sessionId": "s1", "reminder": reminder},
+    }
+    assert set(reminder) == {
+        "reminderId",
+        "tags",
+        "body",
+        "roleHint",
+        "authority",
+        "renderedRole",
+        "source",
+        "ttlTurns",
+    }
+    assert "id" not in extension  # a notification: no response is ever expected
+
+
+async def test_the_observer_names_the_acp_subject_by_session_token(
+    metrics: ObserverMetrics,
+) -> None:
+    published = Published()
+
+    await handle_event(fired_event("a session/with spaces"), metrics, published)
+
+    subjects = {subject for subject, _ in published.messages}
+    assert len(published.messages) == 2 and len(subjects) == 1
+    [subject] = subjects
+    assert subject.startswith("reminders.v1.acp.=") and " " not in subject
+    for _, body in published.messages:
+        assert orjson.loads(body)["params"]["sessionId"] == "a session/with spaces"
 
 
 async def test_the_observer_publishes_nothing_for_other_kinds(metrics: ObserverMetrics) -> None:

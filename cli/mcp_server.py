@@ -1,0 +1,148 @@
+"""`reminders mcp`: the ledger as an MCP server on stdio, for any MCP host.
+
+Tools: `inject_reminder`, `clear_reminders`, `revoke_reminder` (commands, SPEC §4) and
+`session_state`, `pending_injections` (queries, §4.10). An ok reply comes back as the tool's
+structured content (and as JSON text); an `ok: false` reply is a tool error (`isError: true`)
+whose text starts with the SPEC §2.2 code, e.g. `HARN-RMD-001: unknown option(s): colour`,
+with the whole error as structured content. Nothing here logs an argument or a reply, and
+stdout belongs to the MCP protocol alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from mcp.server.fastmcp import FastMCP
+from mcp.types import CallToolResult, TextContent
+
+from client.sdk import ReminderClient
+from contracts.errors import ReminderError
+from services.adapters.connection import connect
+from services.adapters.settings import Settings
+
+INSTRUCTIONS = (
+    "Reminder Ledger: event-sourced system reminders for LLM agent sessions. Inject, clear and "
+    "revoke reminders of a session, and read its state and pending injections. Errors carry "
+    "the ledger's code (HARN-RMD-001, unknown_reminder_id, too_many, ...) at the start."
+)
+
+
+def _result(reply: dict[str, Any]) -> CallToolResult:
+    """A ledger reply as an MCP tool result (`isError` for `ok: false`)."""
+    if reply.get("ok"):
+        return CallToolResult(
+            content=[TextContent(type="text", text=orjson.dumps(reply).decode())],
+            structuredContent=reply,
+            isError=False,
+        )
+    error = reply.get("error") or {}
+    code = str(error.get("code", "invalid_request"))
+    text = f"{code}: {error.get('message', '')}".rstrip(": ")
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structuredContent={"ok": False, "error": error},
+        isError=True,
+    )
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def build_server(ledger: ReminderClient) -> FastMCP:
+    """The MCP server, its tools bound to one ledger client."""
+    server = FastMCP("reminder-ledger", instructions=INSTRUCTIONS, log_level="WARNING")
+
+    async def ask(op: str, payload: dict[str, Any]) -> CallToolResult:
+        try:
+            return _result(await ledger.request(op, payload))
+        except ReminderError as exc:  # no gateway answered
+            return _result({"ok": False, "error": exc.to_body().model_dump(mode="json")})
+
+    @server.tool()
+    async def inject_reminder(
+        session_id: str,
+        body: str,
+        mode: str | None = None,
+        id: str | None = None,
+        tags: list[str] | None = None,
+        dedupe_key: str | None = None,
+        ttl_turns: int | None = None,
+        preserve_on_compact: bool | None = None,
+        propagate: str | None = None,
+        authority: str | None = None,
+        role_hint: str | None = None,
+        fired_at_turn: int | None = None,
+        agent_id: str | None = None,
+        request_id: str | None = None,
+    ) -> CallToolResult:
+        """Add a reminder to a session (`inject`). Without `mode` it is pending at once; with
+        `mode` (interrupt_immediate, finish_step, audit_only or an alias) it is queued until a
+        seam drains it. Other arguments are ReminderSpec fields (SPEC §2)."""
+        reminder = _given(
+            body=body,
+            id=id,
+            tags=tags,
+            dedupe_key=dedupe_key,
+            ttl_turns=ttl_turns,
+            preserve_on_compact=preserve_on_compact,
+            propagate=propagate,
+            authority=authority,
+            role_hint=role_hint,
+            fired_at_turn=fired_at_turn,
+        )
+        payload = _given(session_id=session_id, mode=mode, agent_id=agent_id, request_id=request_id)
+        return await ask("inject", {**payload, "reminder": reminder})
+
+    @server.tool()
+    async def clear_reminders(
+        session_id: str,
+        id: str | None = None,
+        tag: str | None = None,
+        dedupe_key: str | None = None,
+        request_id: str | None = None,
+    ) -> CallToolResult:
+        """Expire the live reminders of a session matching every given selector (`clear`);
+        at least one of id, tag, dedupe_key."""
+        selector = _given(id=id, tag=tag, dedupe_key=dedupe_key)
+        payload = _given(session_id=session_id, request_id=request_id)
+        return await ask("clear", {**payload, "selector": selector})
+
+    @server.tool()
+    async def revoke_reminder(
+        session_id: str, reminder_id: str, request_id: str | None = None
+    ) -> CallToolResult:
+        """Withdraw a queued reminder (`revoke`): status revoked or already_revoked; errors
+        already_delivered and unknown_reminder_id."""
+        return await ask(
+            "revoke",
+            _given(session_id=session_id, reminder_id=reminder_id, request_id=request_id),
+        )
+
+    @server.tool()
+    async def session_state(
+        session_id: str, min_seq: int | None = None, timeout_ms: int | None = None
+    ) -> CallToolResult:
+        """The projected state of a session (`state`, SPEC §6.2), with every command answered
+        before this call applied (`stale: true` if the projection lagged past timeout_ms)."""
+        return await ask(
+            "state", _given(session_id=session_id, min_seq=min_seq, timeout_ms=timeout_ms)
+        )
+
+    @server.tool()
+    async def pending_injections(session_id: str, timeout_ms: int | None = None) -> CallToolResult:
+        """The queued reminders of a session in FIFO order (`pending_injections`)."""
+        return await ask("pending_injections", _given(session_id=session_id, timeout_ms=timeout_ms))
+
+    return server
+
+
+async def serve_stdio(settings: Settings) -> None:
+    """Connect to NATS (fails fast with `NatsUnreachable`), then serve MCP on stdio."""
+    nc = await connect(settings, "reminders-mcp", startup_timeout_s=2.0)
+    try:
+        ledger = ReminderClient(nc, timeout_s=settings.request_timeout_s)
+        await build_server(ledger).run_stdio_async()
+    finally:
+        await nc.drain()
