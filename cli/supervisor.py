@@ -5,6 +5,7 @@ Used by `reminders up` and by the tests, which start services exactly as a user 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -118,3 +119,19 @@ def stop_all(services: Sequence[ServiceProcess], timeout_s: float = 15.0) -> Non
         except subprocess.TimeoutExpired:
             service.process.kill()
             service.process.wait(timeout=5)
+
+
+def write_scrape_targets(services: Sequence[ServiceProcess], path: Path) -> None:
+    """Write a Prometheus file_sd file: one target per service, labelled `service`.
+
+    Written whole and renamed into place, since Prometheus watches the file. An empty
+    `services` empties it (no stale targets after `up` stops).
+    """
+    groups = [
+        {"targets": [f"127.0.0.1:{service.http_port}"], "labels": {"service": service.name}}
+        for service in services
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(json.dumps(groups, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)

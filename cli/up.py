@@ -7,6 +7,7 @@ import asyncio
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -28,6 +29,7 @@ from cli.supervisor import (
     spawn_service,
     stop_all,
     wait_ready,
+    write_scrape_targets,
 )
 from client.sdk import ReminderClient
 from contracts.decode import decode
@@ -50,9 +52,12 @@ class System:
     nats_url: str
     server: EmbeddedNats | None = None
     services: list[ServiceProcess] = field(default_factory=list)
+    scrape_targets: Path | None = None
 
     def stop(self) -> None:
         """SIGTERM every service, wait, then stop the embedded server."""
+        if self.scrape_targets is not None:
+            write_scrape_targets([], self.scrape_targets)
         stop_all(self.services)
         if self.server is not None:
             self.server.stop()
@@ -75,6 +80,8 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
             log_path = settings.data_dir / "logs" / f"{name}.log"
             system.services.append(spawn_service(name, settings, log_path))
         wait_ready(system.services, timeout_s=30)
+        system.scrape_targets = settings.data_dir / "prometheus" / "targets.json"
+        write_scrape_targets(system.services, system.scrape_targets)
     except SupervisorError as exc:
         system.stop()
         raise UpError(str(exc)) from exc
@@ -86,6 +93,7 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
             f"  {service.name:<11} pid {service.process.pid:<7} "
             f"http://127.0.0.1:{service.http_port}/healthz · /readyz · /metrics"
         )
+    console.print(f"Prometheus targets (file_sd): {system.scrape_targets}")
     return system
 
 

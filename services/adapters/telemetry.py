@@ -12,7 +12,9 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Counter, Histogram, Meter, Observation
+from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -70,6 +72,44 @@ def extract_context(headers: dict[str, str] | None) -> Context:
     return propagate.extract(headers or {})
 
 
+#: Bucket bounds of every duration histogram (unit `s`): 100 µs to 10 s. The OpenTelemetry
+#: default (0, 5, 10, … 10000) suits milliseconds, so every command (a few ms, in seconds)
+#: fell into the first bucket and `histogram_quantile` could only answer "under 5 s".
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+#: Bucket bounds of every size histogram (unit `By`): 128 B to 1 MiB, around the envelope
+#: cap (`REMINDERS_MAX_ENVELOPE_BYTES`, 256 KiB by default).
+SIZE_BUCKETS_BYTES: tuple[float, ...] = tuple(float(2**power) for power in range(7, 21))
+
+#: Bucket bounds of the commands-per-atomic-batch histogram (a batch holds at most 1000).
+BATCH_BUCKETS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+
+
+def metric_views() -> list[View]:
+    """Views giving every histogram buckets in the range it measures, matched by unit so a
+    histogram another module creates (the observer's envelope sizes) is covered too."""
+    return [
+        View(
+            instrument_type=HistogramInstrument,
+            instrument_unit="s",
+            aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_S),
+        ),
+        View(
+            instrument_type=HistogramInstrument,
+            instrument_unit="By",
+            aggregation=ExplicitBucketHistogramAggregation(SIZE_BUCKETS_BYTES),
+        ),
+        View(
+            instrument_type=HistogramInstrument,
+            instrument_name="reminders_group_commit_commands",
+            aggregation=ExplicitBucketHistogramAggregation(BATCH_BUCKETS),
+        ),
+    ]
+
+
 def meter_provider(service_name: str = "reminders") -> MeterProvider:
     """The process-wide meter provider, made on first use (never at import time)."""
     global _PROVIDER
@@ -77,6 +117,7 @@ def meter_provider(service_name: str = "reminders") -> MeterProvider:
         _PROVIDER = MeterProvider(
             metric_readers=[PrometheusMetricReader()],
             resource=Resource.create({"service.name": service_name}),
+            views=metric_views(),
         )
     return _PROVIDER
 
@@ -122,7 +163,10 @@ class GatewayMetrics:
                 "reminders_occ_conflicts", description="Optimistic-concurrency conflicts"
             ),
             batch_size=meter.create_histogram(
-                "reminders_group_commit_commands", description="Commands per atomic batch"
+                "reminders_group_commit_commands",
+                unit="{command}",
+                description="Commands per atomic batch",
+                explicit_bucket_boundaries_advisory=BATCH_BUCKETS,
             ),
         )
 

@@ -571,3 +571,67 @@ def test_the_image_copies_every_installed_package_and_leaves_local_state_out() -
     for source in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile(), re.MULTILINE):
         for name in source.split():
             assert (ROOT / name).exists(), name
+
+
+PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
+
+
+def test_compose_runs_prometheus_on_the_shipped_config_scraping_every_service() -> None:
+    prometheus = COMPOSE["services"]["prometheus"]
+    mounts = {
+        volume.split(":")[1]: ROOT / volume.split(":")[0]
+        for volume in prometheus["volumes"]
+        if volume.startswith("./")
+    }
+    assert (
+        mounts["/etc/prometheus/prometheus.yml"]
+        == ROOT / "deploy/prometheus/prometheus.compose.yml"
+    )
+    assert mounts["/etc/prometheus/rules.yml"] == ROOT / "deploy/prometheus/rules.yml"
+    assert all(path.is_file() for path in mounts.values()), mounts
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+    assert all(port.startswith("127.0.0.1:") for port in prometheus["ports"])
+    config = load_yaml(PROMETHEUS_DIR / "prometheus.compose.yml")
+    assert config["rule_files"] == ["rules.yml"]
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "reminders"
+    (dns,) = job["dns_sd_configs"]
+    assert set(dns["names"]) == set(SERVICES) <= set(COMPOSE["services"])
+    assert dns["port"] == HTTP_PORT
+
+
+def test_kubernetes_prometheus_scrapes_every_replica_through_a_headless_service() -> None:
+    deployments = service_deployments()
+    for service in SERVICES:
+        headless = named("Service", f"{service}-metrics")
+        assert headless["spec"]["clusterIP"] == "None"
+        pod_labels = deployments[service]["spec"]["template"]["metadata"]["labels"]
+        assert headless["spec"]["selector"].items() <= pod_labels.items(), service
+        (port,) = headless["spec"]["ports"]
+        assert port["port"] == HTTP_PORT
+        annotations = deployments[service]["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(HTTP_PORT)
+    config = load_yaml(BASE / "prometheus.yml")
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "reminders"
+    (dns,) = job["dns_sd_configs"]
+    namespace = kustomization(BASE)["namespace"]
+    assert set(dns["names"]) == {f"{service}-metrics.{namespace}.svc" for service in SERVICES}
+    assert dns["port"] == HTTP_PORT
+    generators = {g["name"]: g["files"] for g in kustomization(BASE)["configMapGenerator"]}
+    assert set(generators["prometheus-config"]) == {
+        "prometheus.yml",
+        "rules.yml=prometheus-rules.yml",
+    }
+    assert config["rule_files"] == ["rules.yml"]
+
+
+def test_the_up_scrape_config_reads_the_targets_up_writes() -> None:
+    config = load_yaml(PROMETHEUS_DIR / "prometheus.up.yml")
+    (job,) = config["scrape_configs"]
+    (file_sd,) = job["file_sd_configs"]
+    (path,) = file_sd["files"]
+    # Relative to the config file: the default data dir (`./data`) from the repository root.
+    assert (PROMETHEUS_DIR / path).resolve() == ROOT / "data" / "prometheus" / "targets.json"
+    assert config["rule_files"] == ["rules.yml"]
