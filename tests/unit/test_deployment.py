@@ -382,16 +382,22 @@ def test_docker_compose_yml_validates_against_the_compose_specification() -> Non
     assert errors == []
 
 
-def test_compose_runs_every_service_with_a_readyz_healthcheck_once_nats_is_healthy() -> None:
+def test_compose_provisions_once_nats_is_healthy_then_runs_every_service_with_readyz() -> None:
     services = our_compose_services()
+    provision = services["provision"]
+    assert provision["command"] == ["provision"]
+    assert provision["restart"] == "no"
+    assert provision["depends_on"]["nats"]["condition"] == "service_healthy"
+    assert provision["environment"]["REMINDERS_NATS_USER"] == "admin"
     for name, service in services.items():
-        if "tools" in service.get("profiles", []):
+        if "tools" in service.get("profiles", []) or name == "provision":
             continue
         test = service["healthcheck"]["test"]
         assert test[:3] == ["CMD", "python", "-c"], name
         assert f"127.0.0.1:{HTTP_PORT}/readyz" in test[3], name
         compile(test[3], f"{name} healthcheck", "exec")
-        assert service["depends_on"]["nats"]["condition"] == "service_healthy", name
+        condition = service["depends_on"]["provision"]["condition"]
+        assert condition == "service_completed_successfully", name
         env = service["environment"]
         assert env["REMINDERS_HTTP_PORT"] == str(HTTP_PORT)
         assert env["REMINDERS_HTTP_HOST"] == "0.0.0.0"
@@ -635,3 +641,16 @@ def test_the_up_scrape_config_reads_the_targets_up_writes() -> None:
     # Relative to the config file: the default data dir (`./data`) from the repository root.
     assert (PROMETHEUS_DIR / path).resolve() == ROOT / "data" / "prometheus" / "targets.json"
     assert config["rule_files"] == ["rules.yml"]
+
+
+def test_k8s_provisions_with_a_job_under_the_admin_user_and_services_only_check() -> None:
+    [job] = [doc for doc in BASE_MANIFESTS if doc["kind"] == "Job"]
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert k8s_argv(container)[-1:] == ["provision"] or container["args"] == ["provision"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["REMINDERS_NATS_USER"]["value"] == "admin"
+    assert env["REMINDERS_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "admin-password"
+    auth = (BASE / "nats-auth.conf").read_text(encoding="utf-8")
+    # Only the admin and the operator may reach the whole JetStream API.
+    granted = [line for line in auth.splitlines() if '"$JS.API.>"' in line or '">"' in line]
+    assert len(granted) == 2, granted
