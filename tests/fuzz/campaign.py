@@ -182,7 +182,7 @@ class Builder:
         if roll < 0.04:
             label, subject = "unknown-op", f"reminders.v1.{rng.choice(UNKNOWN_OPS)}"
         if roll < 0.35:
-            data = encode(value)
+            data = encode(self._cap_waits(op, value))
         elif roll < 0.9:
             value = self.mutator.mutate(value, prefix, rng.randint(1, 3))
             data = encode(self._cap_waits(op, value))

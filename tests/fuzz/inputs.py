@@ -13,6 +13,7 @@ nothing" can be checked on the session's subject while hundreds of inputs are in
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections.abc import Callable
@@ -89,6 +90,29 @@ BOUND_NUMBERS: list[Any] = [
     60_001,
 ]
 OTHER_TYPES: list[Any] = [None, True, 0, -1, 1.5, "", "x", [], {}, [1, "a"], {"k": "v"}]
+FIELD_EDGES: dict[str, list[Any]] = {
+    "body": [
+        "x" * 32 * 1024,
+        "x" * (32 * 1024 + 1),
+        "é" * 16 * 1024,
+        "é" * (16 * 1024 + 1),
+        "",
+        " \n\t ",
+        "\u3000",
+        "  padded  ",
+    ],
+    "tags": [["t"] * 32, ["t"] * 33, ["x" * 128], ["x" * 129], [" "], ["a", "a"], [1]],
+    "dedupe_key": ["k" * 256, "k" * 257, "", "  ", " k "],
+    "ttl_turns": [0, 1, -1, 2**53 - 1, 2**53, None, "1", 1.0],
+    "propagate": ["all", "none", "session", "ALL", "", None, "parent"],
+    "authority": ["contract", "advisory", "binding", None],
+    "role_hint": ["user_block", "assistant", ""],
+    "source": ["inherited", "bridge", "hook", "other"],
+    "id": ["i" * 128, "i" * 129, " id", "id\x00", ""],
+    "fired_at_turn": [0, -1, 2**53 - 1, 2**53],
+    "originating_agent_id": ["a" * 256, "a" * 257, ""],
+    "preserve_on_compact": [False, True, 0, "false"],
+}
 UNKNOWN_KEYS = ["colour", "sessionId", "__proto__", "", "ttl", "x" * 300, "\u0000", "mode", "op"]
 
 
@@ -176,12 +200,24 @@ class FuzzInput:
     rpc_method: Any = None
 
 
+#: Inputs are cut to this many bytes (then mostly not JSON): the server's max_payload is 1 MiB.
+MAX_INPUT_BYTES = 900_000
+
+
 def encode(value: Any) -> bytes:
     """JSON bytes; what orjson refuses (ints past 64 bits, deep nesting) goes through json."""
+    return _encode(value)[:MAX_INPUT_BYTES]
+
+
+def _encode(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
         return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    except RecursionError:  # nested twice over: send the nesting as raw text instead
+        return b'{"deep":' + b"[" * 2000 + b"]" * 2000 + b"}"
 
 
 def sessions_in(value: Any, prefix: str) -> set[str]:
@@ -215,6 +251,8 @@ class Mutator:
             self.bound_number,
             self.markup,
             self.session_variant,
+            self.reminder_field,
+            self.reminder_field,
         ]
 
     def containers(self, value: Any) -> list[Any]:
@@ -248,17 +286,19 @@ class Mutator:
     def wrong_type(self, value: Any, prefix: str) -> Any:
         spot = self.slot(value)
         if spot is None:
-            return self.rng.choice(OTHER_TYPES)
+            return copy.deepcopy(self.rng.choice(OTHER_TYPES))
         container, key = spot
         current = container[key]
         choices = [v for v in OTHER_TYPES if type(v) is not type(current)]
-        self.set(container, key, self.rng.choice(choices), prefix)
+        self.set(container, key, copy.deepcopy(self.rng.choice(choices)), prefix)
         return value
 
     def unknown_key(self, value: Any, prefix: str) -> Any:
         dicts = [c for c in self.containers(value) if isinstance(c, dict)]
         if dicts:
-            self.rng.choice(dicts)[self.rng.choice(UNKNOWN_KEYS)] = self.rng.choice(OTHER_TYPES)
+            self.rng.choice(dicts)[self.rng.choice(UNKNOWN_KEYS)] = copy.deepcopy(
+                self.rng.choice(OTHER_TYPES)
+            )
         return value
 
     def drop_key(self, value: Any, prefix: str) -> Any:
@@ -269,7 +309,7 @@ class Mutator:
         return value
 
     def huge_string(self, value: Any, prefix: str) -> Any:
-        size = self.rng.choice([257, 32 * 1024, 32 * 1024 + 1, 40_000, 300_000])
+        size = self.rng.choice([257, 32 * 1024, 32 * 1024 + 1, 40_000, 150_000])
         text = self.rng.choice(["x", "é", "🙂", "<"]) * size
         if self.rng.random() < 0.3:  # exactly at the byte bound, in multi-byte characters
             text = "é" * (16 * 1024)
@@ -280,7 +320,7 @@ class Mutator:
 
     def deep_nesting(self, value: Any, prefix: str) -> Any:
         nested: Any = "deep"
-        for level in range(self.rng.choice([20, 120, 250, 600])):
+        for level in range(self.rng.choice([20, 120, 250, 400])):
             nested = [nested] if level % 2 else {"d": nested}
         spot = self.slot(value)
         if spot is None:
@@ -326,6 +366,15 @@ class Mutator:
         spot = self.slot(value)
         if spot is not None:
             self.set(spot[0], spot[1], text, prefix)
+        return value
+
+    def reminder_field(self, value: Any, prefix: str) -> Any:
+        """A reminder field at or just past its bound (SPEC §2.1), or a known bad value."""
+        reminders = [c for c in self.containers(value) if isinstance(c, dict) and "body" in c]
+        if not reminders:
+            return value
+        key, choices = self.rng.choice(list(FIELD_EDGES.items()))
+        self.rng.choice(reminders)[key] = copy.deepcopy(self.rng.choice(choices))
         return value
 
     def session_variant(self, value: Any, prefix: str) -> Any:
