@@ -2,7 +2,8 @@
 
 Methods: `session/remind`, `session/pending_injections`, `session/revoke_reminder`, and the
 notifications `notifications/reminder` (the MCP proposal) and `notifications/message`
-carrying `params._meta.harn.reminder`. Notifications never get a reply.
+carrying `params._meta.harn.reminder`. Notifications (no `id`) never get a reply; a
+message with an `id` always does, whatever its method.
 """
 
 from __future__ import annotations
@@ -179,8 +180,9 @@ async def handle_rpc(serve: Serve, raw: object) -> dict[str, Any] | None:
         elif method == "session/revoke_reminder":
             result = await _revoke(serve, params)
         elif method in ("notifications/reminder", "notifications/message"):
+            # Sent with an `id` it is a request like any other: `{}` once applied (SPEC §8).
             await _notification(serve, method, params)
-            return None
+            result = {}
         else:
             raise RpcError(METHOD_NOT_FOUND, "Method not found")
     except RpcError as exc:
