@@ -9,6 +9,11 @@ which nothing happened still takes its place on the time axis. A bar is one life
 reminder: it starts in the column of its `injected` event (or of its `queued` event when it
 never went live) and ends in the column of the event that removed it (`expired`, `deduped`,
 `dropped`, `revoked`), or in the last column when it is still live at the end of the log.
+
+An event's column is its `turn`, except that the chart's clock never runs backwards: a
+command may carry a turn lower than one the session has already seen (a late `compact`
+labelled with an earlier turn, say), and its events then sit in the column of the highest
+turn seen so far — where they happened in the log — with the recorded turn in their titles.
 """
 
 from __future__ import annotations
@@ -138,10 +143,10 @@ class _RowBuilder:
     markers: list[Marker] = field(default_factory=list)
     open: _Open | None = None
 
-    def mark(self, kind: MarkerKind, event: ev.Event, what: str = "") -> None:
-        title = f"{self.reminder_id}: {kind}{what} at turn {event.turn} (#{event.session_seq})"
+    def mark(self, kind: MarkerKind, event: ev.Event, column: int, what: str = "") -> None:
+        title = f"{self.reminder_id}: {kind}{what} {_at(event, column)}"
         self.markers.append(
-            Marker(kind, event.turn, event.session_seq, title, reminder_id=self.reminder_id)
+            Marker(kind, column, event.session_seq, title, reminder_id=self.reminder_id)
         )
 
     def close(self, event: ev.Event, ended_by: str | None, last_turn: int) -> None:
@@ -150,7 +155,7 @@ class _RowBuilder:
             return
         start = "injected" if life.injected else "queued"
         until = (
-            f"{ended_by} at turn {last_turn} (#{event.session_seq})"
+            f"{ended_by} {_at(event, last_turn)}"
             if ended_by
             else f"still live at the end of the log (turn {last_turn})"
         )
@@ -174,12 +179,17 @@ class _RowBuilder:
         )
 
 
+def _at(event: ev.Event, column: int) -> str:
+    recorded = "" if event.turn == column else f", recorded as turn {event.turn}"
+    return f"at turn {column} (#{event.session_seq}{recorded})"
+
+
 def chart(events: Iterable[ev.Event]) -> Chart:
     """The chart of a session's events, in log order."""
     listed = list(events)
     if not listed:
         return Chart((), (), (), (), ())
-    first = min(e.turn for e in listed)
+    first = listed[0].turn
     last = max(e.turn for e in listed)
     rows: dict[str, _RowBuilder] = {}
     envelopes: list[Envelope] = []
@@ -189,14 +199,15 @@ def chart(events: Iterable[ev.Event]) -> Chart:
     def row(reminder_id: str) -> _RowBuilder:
         return rows.setdefault(reminder_id, _RowBuilder(reminder_id))
 
+    turn = first
     for event in listed:
         p = event.payload
-        turn, seq = event.turn, event.session_seq
+        turn, seq = max(turn, event.turn), event.session_seq
         if isinstance(p, ev.Queued):
             r = row(p.reminder.id or "")
             r.close(event, "queued again", turn)
             r.open = _Open(p.reminder.authority, turn, turn, False, False)
-            r.mark("queued", event, f" for {p.mode}")
+            r.mark("queued", event, turn, f" for {p.mode}")
         elif isinstance(p, ev.Injected):
             r = row(p.reminder_id)
             waited = r.open.queued_turn if r.open and not r.open.injected else None
@@ -205,16 +216,16 @@ def chart(events: Iterable[ev.Event]) -> Chart:
             r.open = _Open(p.authority, turn, waited, True, p.audit_only)
         elif isinstance(p, ev.Deduped):
             for replaced in p.replaced_ids:
-                row(replaced).mark("deduped", event, f", replaced by {p.reminder_id}")
+                row(replaced).mark("deduped", event, turn, f", replaced by {p.reminder_id}")
                 row(replaced).close(event, "deduped", turn)
         elif isinstance(p, ev.Revoked):
-            row(p.reminder_id).mark("revoked", event)
+            row(p.reminder_id).mark("revoked", event, turn)
             row(p.reminder_id).close(event, "revoked", turn)
         elif isinstance(p, ev.Fired):
-            row(p.reminder_id).mark("fired", event)
+            row(p.reminder_id).mark("fired", event, turn)
         elif isinstance(p, ev.Delivered):
             for directive in p.directive_ids:
-                row(directive).mark("delivered", event)
+                row(directive).mark("delivered", event, turn)
             envelopes.append(
                 Envelope(turn, seq, p.speaker, p.format, tuple(p.directive_ids), p.text)
             )
@@ -224,23 +235,23 @@ def chart(events: Iterable[ev.Event]) -> Chart:
                     "envelope",
                     turn,
                     seq,
-                    f"envelope delivered at turn {turn} (#{seq}): {count} directive(s)",
+                    f"envelope delivered {_at(event, turn)}: {count} directive(s)",
                 )
             )
         elif isinstance(p, ev.Expired):
             row(p.reminder_id).close(event, f"expired ({p.reason})", turn)
         elif isinstance(p, ev.Dropped):
-            row(p.reminder_id).mark("dropped", event, f" ({p.reason}, {p.code})")
+            row(p.reminder_id).mark("dropped", event, turn, f" ({p.reason}, {p.code})")
             row(p.reminder_id).close(event, "dropped", turn)
         elif isinstance(p, ev.Compacted):
             for kept in p.preserved_ids:
-                row(kept).mark("compacted", event, ", kept through it")
-            session.append(Marker("compacted", turn, seq, f"compacted at turn {turn} (#{seq})"))
+                row(kept).mark("compacted", event, turn, ", kept through it")
+            session.append(Marker("compacted", turn, seq, f"compacted {_at(event, turn)}"))
         elif isinstance(p, ev.HandedOff):
             for handed in p.propagated_ids:
-                row(handed).mark("handed_off", event, f" to {p.child_session_id}")
+                row(handed).mark("handed_off", event, turn, f" to {p.child_session_id}")
         elif isinstance(p, ev.Inherited):
-            row(p.reminder_id).mark("inherited", event, f" from {p.parent_session_id}")
+            row(p.reminder_id).mark("inherited", event, turn, f" from {p.parent_session_id}")
         elif isinstance(p, ev.ProviderEvaluated):
             outcome = "fired" if p.fired else "quiet"
             providers.append(
@@ -249,7 +260,7 @@ def chart(events: Iterable[ev.Event]) -> Chart:
                     turn,
                     seq,
                     f"provider {p.provider_id}: provider_evaluated on {p.event}, {outcome} "
-                    f"at turn {turn} (#{seq})",
+                    f"{_at(event, turn)}",
                     fired=p.fired,
                 )
             )

@@ -22,6 +22,7 @@ from replay.report import html_report
 from replay.source import rows_from_file
 from replay.svg import AUTHORITY_COLOURS, ROW_H, chart_svg, layout
 from tests.golden.regen import GOLDEN_DIR
+from tests.support import Driver
 from tests.unit.test_properties import SEQUENCE_SETTINGS, Script, run, scripts, show
 from tests.unit.test_replay_library import rows_of
 
@@ -207,11 +208,27 @@ def test_queues_and_seams_draws_the_queue_the_revocation_and_the_audit_only_drai
     assert (bars["spoof-1"].first_turn, bars["spoof-1"].last_turn) == (0, 1)
 
 
+def test_a_command_labelled_with_an_earlier_turn_is_drawn_where_it_happened() -> None:
+    # The core accepts `compact` with a turn below the highest seen; its events carry it.
+    driver = Driver()
+    driver.inject("a")
+    driver.ok("end_turn", turn=1)
+    driver.inject("b", ttl_turns=3)
+    driver.ok("compact", turn=0)
+    assert [e.turn for e in driver.log] == [0, 1, 1, 0, 0, 0]
+    drawn = chart(driver.log)
+    assert drawn.turns == (0, 1)
+    spans = [(b.reminder_id, b.first_turn, b.last_turn) for b in drawn.bars]
+    assert spans == [("r-00001", 0, 1), ("r-00003", 1, 1)]
+    assert all("(#4, recorded as turn 0)" in b.title for b in drawn.bars[:1])
+    assert [(m.kind, m.turn) for m in drawn.session_markers] == [("compacted", 1)]
+
+
 def with_provider_evaluations(result: ReplayResult) -> list[ev.Event]:
     """A golden log plus three `provider_evaluated` events (none is produced yet)."""
     events = list(result.events)
     last = events[-1]
-    for n, (turn, fired) in enumerate([(0, True), (1, False), (1, True)], start=1):
+    for n, (turn, fired) in enumerate([(1, True), (2, False), (2, True)], start=1):
         payload = {
             "provider_id": f"p-{n}",
             "event": "tool_result",
@@ -232,10 +249,11 @@ def with_provider_evaluations(result: ReplayResult) -> list[ev.Event]:
 
 def test_each_provider_evaluation_gets_a_marker_in_its_turns_column() -> None:
     drawn = chart(with_provider_evaluations(replayed(GOLDEN_DIR / "basic_turns.events.jsonl")))
-    assert [(m.turn, m.fired) for m in drawn.providers] == [(0, True), (1, False), (1, True)]
+    assert [(m.turn, m.fired) for m in drawn.providers] == [(1, True), (2, False), (2, True)]
+    assert drawn.turns == (0, 1, 2)
     root = svg_tree(drawn)
     markers = [g for g in groups(root, "marker") if g.get("data-kind") == "provider_evaluated"]
-    assert [g.get("data-turn") for g in markers] == ["0", "1", "1"]
+    assert [g.get("data-turn") for g in markers] == ["1", "2", "2"]
     lay = layout(drawn)
     provider_lane = lay.row_y(len(drawn.rows) + 1)
     xs = []
@@ -378,6 +396,7 @@ def test_the_page_is_the_same_bytes_twice_and_holds_each_envelope_exactly(path: 
     page = html_report(session, first)
     assert page == html_report(session, second)
     assert chart_svg(chart(first.events), session) == chart_svg(chart(second.events), session)
+    assert chart_svg(chart(first.events), session, inline=True) in page
     parser = _Envelopes()
     parser.feed(page)
     delivered = {
@@ -390,8 +409,7 @@ def test_the_page_is_the_same_bytes_twice_and_holds_each_envelope_exactly(path: 
         assert f"<pre>{html.escape(text)}</pre></details>" in page
         assert f'href="#envelope-{seq}"' in page
     assert page.count("<svg ") == 1 and "<script" not in page
-    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
-    assert "https://" not in page
+    assert "http://" not in page and "https://" not in page
 
 
 @settings(SEQUENCE_SETTINGS, max_examples=60)
