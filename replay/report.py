@@ -161,7 +161,7 @@ def _chart_section(session_id: str, result: ReplayResult) -> list[str]:
     drawn = chart(result.events)
     parts = [
         '<section id="chart"><h2>Reminders by turn</h2>',
-        f"<figure>{chart_svg(drawn, session_id)}</figure>",
+        f"<figure>{chart_svg(drawn, session_id, inline=True)}</figure>",
         '<div id="envelopes"><h2>Envelopes as the model received them</h2>',
     ]
     for envelope in drawn.envelopes:

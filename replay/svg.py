@@ -300,8 +300,11 @@ def _legend(lay: Layout, top: int, out: list[str]) -> int:
     return ((len(items) + per_line - 1) // per_line) * LEGEND_ROW_H
 
 
-def chart_svg(chart: Chart, session_id: str) -> str:
-    """The SVG document of a chart (also valid inline in HTML)."""
+def chart_svg(chart: Chart, session_id: str, *, inline: bool = False) -> str:
+    """The SVG document of a chart; `inline` leaves out the namespace, which HTML implies.
+
+    (An HTML page then holds no URL at all, not even the SVG namespace name.)
+    """
     lay = layout(chart)
     body: list[str] = []
     # Column stripes and turn numbers; a turn with an envelope links to its text.
@@ -352,8 +355,9 @@ def chart_svg(chart: Chart, session_id: str) -> str:
     legend_h = _legend(lay, legend_top, body)
     height = legend_top + legend_h + PAD
     bars = len(chart.bars)
+    namespace = "" if inline else f' xmlns="{SVG_NS}"'
     head = (
-        f'<svg xmlns="{SVG_NS}" class="reminder-chart" width="{lay.width}" height="{height}" '
+        f'<svg{namespace} class="reminder-chart" width="{lay.width}" height="{height}" '
         f'viewBox="0 0 {lay.width} {height}" font-family="sans-serif" '
         f'aria-labelledby="chart-title chart-desc">'
         f'<title id="chart-title">Reminders of session {_e(session_id)}, turn by turn</title>'
