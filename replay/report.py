@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from contracts import events as ev
+from replay.chart import chart
 from replay.engine import ReplayResult
+from replay.svg import chart_svg
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -146,7 +148,35 @@ h1{font-size:1.4rem} h2{font-size:1.1rem;border-bottom:1px solid #ccc}
 pre.envelope{background:#f5f5f0;border-left:4px solid #8a6;padding:.6rem;white-space:pre-wrap}
 table{border-collapse:collapse} td,th{border:1px solid #ddd;padding:.3rem;text-align:left;
 vertical-align:top;font-size:.85rem}
+#chart figure{margin:0;overflow-x:auto} details.envelope-text{margin:.3rem 0}
+details.envelope-text summary{cursor:pointer;font-size:.9rem}
+details.envelope-text pre{background:#f5f5f0;border-left:4px solid #8a6;padding:.6rem;
+white-space:pre-wrap;margin:.3rem 0 .8rem}
 """
+
+
+def _chart_section(session_id: str, result: ReplayResult) -> list[str]:
+    """The SVG chart, then each envelope's exact text one click away."""
+    e = html.escape
+    drawn = chart(result.events)
+    parts = [
+        '<section id="chart"><h2>Reminders by turn</h2>',
+        f"<figure>{chart_svg(drawn, session_id, inline=True)}</figure>",
+        '<div id="envelopes"><h2>Envelopes as the model received them</h2>',
+    ]
+    for envelope in drawn.envelopes:
+        ids = ", ".join(envelope.directive_ids) or "none"
+        parts.append(
+            f'<details class="envelope-text" id="envelope-{envelope.session_seq}" '
+            f'data-turn="{envelope.turn}" data-seq="{envelope.session_seq}"><summary>Turn '
+            f"{envelope.turn} · #{envelope.session_seq} · {len(envelope.directive_ids)} "
+            f"directive(s): {e(ids)} · speaker {e(envelope.speaker)} · {e(envelope.format)}"
+            f"</summary><pre>{e(envelope.text)}</pre></details>"
+        )
+    if not drawn.envelopes:
+        parts.append("<p>No envelope was delivered.</p>")
+    parts.append("</div></section>")
+    return parts
 
 
 def html_report(session_id: str, result: ReplayResult) -> str:
@@ -160,8 +190,9 @@ def html_report(session_id: str, result: ReplayResult) -> str:
         f"<h1>Reminder audit of session <code>{e(session_id)}</code></h1>",
         f'<p id="summary">{len(result.events)} events · session_seq '
         f"{result.state.session_seq} · state sha256 <code>{result.digest}</code></p>",
-        '<section id="timeline">',
     ]
+    parts.extend(_chart_section(session_id, result))
+    parts.append('<section id="timeline"><h2>Trail</h2>')
     for turn, group in _by_turn(result.events):
         parts.append(f'<div class="turn" data-turn="{turn}"><h2>Turn {turn}</h2>')
         for event in group:

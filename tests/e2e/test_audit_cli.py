@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import orjson
@@ -15,7 +20,10 @@ from nats.aio.client import Client
 
 from cli.demo import DEMO_SCRIPT
 from client.sdk import ReminderClient
-from replay.source import ReadStats, rows_from_nats
+from replay.chart import chart
+from replay.engine import replay
+from replay.source import ReadStats, rows_from_file, rows_from_nats
+from replay.svg import AUTHORITY_COLOURS
 from services.adapters.settings import Settings
 from tests.golden.regen import GOLDEN_DIR
 from tests.integration.read_side import canonical, projected, wait_projected_equal
@@ -224,9 +232,35 @@ def test_an_event_of_an_unknown_schema_version_is_refused(tmp_path: Path) -> Non
     assert b"unknown event schema version 'reminder-ledger.event/v9'" in result.stderr
 
 
-@pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     shutil.which("chromium") is None, reason="needs Debian's chromium (.ci/run installs it)"
 )
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Debian chromium, offline and with a throwaway profile."""
+    return subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            *args,
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        text=True,
+    )
+
+
+@needs_chromium
 def test_the_html_audit_opens_in_a_browser_with_the_turns_and_directives(tmp_path: Path) -> None:
     page = tmp_path / "audit.html"
     result = reminders(
@@ -240,26 +274,7 @@ def test_the_html_audit_opens_in_a_browser_with_the_turns_and_directives(tmp_pat
         str(page),
     )
     assert result.returncode == 0, result.stderr
-    dom = subprocess.run(
-        [
-            "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        timeout=120,
-        check=False,
-        text=True,
-    )
+    dom = chromium(tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert '<div class="turn" data-turn="0">' in html
@@ -269,3 +284,138 @@ def test_the_html_audit_opens_in_a_browser_with_the_turns_and_directives(tmp_pat
     assert "summarise &amp;lt;/directive&amp;gt; &amp;amp; stop." in html
     assert 'data-reminder="r-00001"' in html and "replaced by r-00011" in html
     assert "http://" not in page.read_text() and "https://" not in page.read_text()
+
+
+#: Test-only probe, appended to a *copy* of the page (the audit page itself has no script):
+#: it writes the laid-out boxes of the chart's columns, bars and markers into the DOM, where
+#: `--dump-dom` reads them back.
+MEASURE = """<script>
+const box = (el) => { const r = el.getBoundingClientRect();
+  return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+const out = {
+  cols: [...document.querySelectorAll("svg g.col")].map((g) =>
+    ({turn: g.dataset.turn, ...box(g.querySelector("rect"))})),
+  rows: [...document.querySelectorAll("svg g.row")].map((g) => ({id: g.dataset.reminder})),
+  bars: [...document.querySelectorAll("svg g.bar")].map((g) => ({id: g.dataset.reminder,
+    first: g.dataset.firstTurn, last: g.dataset.lastTurn, ...box(g.querySelector("rect"))})),
+  markers: [...document.querySelectorAll("svg g.marker")].map((g) => ({kind: g.dataset.kind,
+    id: g.dataset.reminder || null, turn: g.dataset.turn, ...box(g)})),
+};
+const pre = document.createElement("pre"); pre.id = "measured";
+pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+</script>"""
+
+
+def png_pixels(data: bytes) -> tuple[int, int, int, bytes]:
+    """(width, height, bytes per pixel, unfiltered pixel bytes) of an 8-bit RGB(A) PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+    width, height, depth, colour = struct.unpack(">IIBB", header[:10])
+    assert depth == 8 and colour in (2, 6), (depth, colour)
+    bpp = 3 if colour == 2 else 4
+    raw, stride = zlib.decompress(idat), width * bpp
+    out, previous = bytearray(), bytearray(stride)
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = previous[i]
+            c = previous[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        out += line
+        previous = line
+    return width, height, bpp, bytes(out)
+
+
+@needs_chromium
+def test_the_html_chart_draws_each_bar_where_the_replay_puts_it(tmp_path: Path) -> None:
+    golden = GOLDEN_DIR / "compaction_and_handoff.events.jsonl"
+    page = tmp_path / "audit.html"
+    result = reminders(
+        "replay", "golden-3", "--from", str(golden), "--format", "html", "-o", str(page)
+    )
+    assert result.returncode == 0, result.stderr
+    text = page.read_text(encoding="utf-8")
+    assert "<script" not in text
+    expected = chart(replay(rows_from_file(golden)).events)
+
+    # The page as the browser parsed it still holds one bar per reminder.
+    dom = chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count('<g class="bar"') == len(expected.bars) == 4
+    assert dom.stdout.count('<details class="envelope-text"') == len(expected.envelopes)
+
+    # Where the browser laid them out: each bar spans exactly its columns, in its row.
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    measured = chromium(tmp_path, "--dump-dom", probe.as_uri())
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    found = re.search(r'<pre id="measured">(.*?)</pre>', measured.stdout, re.S)
+    assert found, measured.stdout[-2000:]
+    boxes = json.loads(html.unescape(found.group(1)))
+    cols = {int(c["turn"]): c for c in boxes["cols"]}
+    assert sorted(cols) == list(expected.turns) == [0, 1, 2, 3]
+    assert all(cols[t]["right"] <= cols[t + 1]["left"] + 0.5 for t in (0, 1, 2))
+    assert [r["id"] for r in boxes["rows"]] == [row.reminder_id for row in expected.rows]
+    assert len(boxes["bars"]) == len(expected.bars)
+    for drawn, bar in zip(boxes["bars"], expected.bars, strict=True):
+        assert (drawn["id"], drawn["first"], drawn["last"]) == (
+            bar.reminder_id,
+            str(bar.first_turn),
+            str(bar.last_turn),
+        )
+        first, last = cols[bar.first_turn], cols[bar.last_turn]
+        assert first["left"] <= drawn["left"] <= first["left"] + 4
+        assert last["right"] - 4 <= drawn["right"] <= last["right"]
+        assert drawn["bottom"] - drawn["top"] > 8
+    tops = [b["top"] for b in boxes["bars"]]
+    assert tops == sorted(tops) and len(set(tops)) == len(tops)  # one row each, in order
+    spans = {b["id"]: b["right"] - b["left"] for b in boxes["bars"]}
+    assert spans["rule-1"] > 3 * spans["trunc-1"]  # live 0→3 against expired in turn 0
+    for marker in boxes["markers"]:
+        middle = (marker["left"] + marker["right"]) / 2
+        col = cols[int(marker["turn"])]
+        assert col["left"] < middle < col["right"], marker
+        if marker["id"] is not None:
+            bar = next(b for b in boxes["bars"] if b["id"] == marker["id"])
+            assert bar["top"] <= (marker["top"] + marker["bottom"]) / 2 <= bar["bottom"]
+    kinds = {(m["id"], m["kind"]) for m in boxes["markers"]}
+    assert {("rule-1", "handed_off"), ("tp-1", "compacted"), (None, "envelope")} <= kinds
+
+    # And it really painted: a screenshot that is not blank and shows the contract bars.
+    shot = tmp_path / "chart.png"
+    taken = chromium(tmp_path, "--window-size=900,700", f"--screenshot={shot}", page.as_uri())
+    assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
+    width, height, bpp, pixels = png_pixels(shot.read_bytes())
+    assert (width, height) == (900, 700)
+    grey = pixels[::bpp]
+    mean = sum(grey) / len(grey)
+    variance = sum((v - mean) ** 2 for v in grey[:: max(1, len(grey) // 50000)]) / min(
+        len(grey), 50000
+    )
+    assert variance > 100, variance  # not a blank page
+    fill = bytes.fromhex(AUTHORITY_COLOURS["contract"][0].removeprefix("#"))
+    painted = sum(
+        1
+        for i in range(0, len(pixels), bpp)
+        if all(abs(pixels[i + k] - fill[k]) <= 6 for k in range(3))
+    )
+    assert painted > 2000, painted  # the four contract bars, 14 px high, hundreds wide

@@ -1,0 +1,276 @@
+"""The audit chart as data: one row per reminder, one column per turn, markers in cells.
+
+`chart(events)` is a pure function of the replayed events — no layout, no SVG — so what the
+chart claims (where each bar starts and ends, which marker sits in which cell) is tested
+against the golden logs on its own; `replay.svg` only draws it.
+
+Columns are every turn from the first event's to the last's, gaps included, so a turn in
+which nothing happened still takes its place on the time axis. A bar is one life of a
+reminder: it starts in the column of its `injected` event (or of its `queued` event when it
+never went live) and ends in the column of the event that removed it (`expired`, `deduped`,
+`dropped`, `revoked`), or in the last column when it is still live at the end of the log.
+
+An event's column is its `turn`, except that the chart's clock never runs backwards: a
+command may carry a turn lower than one the session has already seen (a late `compact`
+labelled with an earlier turn, say), and its events then sit in the column of the highest
+turn seen so far — where they happened in the log — with the recorded turn in their titles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from contracts import events as ev
+from contracts.spec import Authority
+
+MarkerKind = Literal[
+    "queued",
+    "fired",
+    "delivered",
+    "deduped",
+    "compacted",
+    "revoked",
+    "inherited",
+    "dropped",
+    "handed_off",
+    "provider_evaluated",
+    "envelope",
+]
+
+#: Marker kinds in legend order.
+MARKER_KINDS: Final[tuple[MarkerKind, ...]] = (
+    "queued",
+    "fired",
+    "delivered",
+    "deduped",
+    "compacted",
+    "revoked",
+    "dropped",
+    "inherited",
+    "handed_off",
+    "provider_evaluated",
+    "envelope",
+)
+
+AUTHORITIES: Final[tuple[Authority, ...]] = ("contract", "corrective", "advisory")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One event in one cell. `title` names the reminder (or provider) and the event kind."""
+
+    kind: MarkerKind
+    turn: int
+    session_seq: int
+    title: str
+    reminder_id: str | None = None
+    fired: bool | None = None
+    """For `provider_evaluated`: whether the provider produced a reminder."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One life of a reminder, from its first column to its last (both inclusive)."""
+
+    reminder_id: str
+    authority: Authority
+    first_turn: int
+    last_turn: int
+    queued_turn: int | None
+    """The turn it was queued in, when it waited in a queue first."""
+    injected: bool
+    """False for a reminder that was queued and never went live (revoked in the queue)."""
+    ended_by: str | None
+    """`expired (ttl)`, `deduped`, `dropped`, `revoked`…; None while still live at the end."""
+    audit_only: bool
+    title: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """Everything that happened to one reminder id, in order of first appearance."""
+
+    reminder_id: str
+    bars: tuple[Bar, ...]
+    markers: tuple[Marker, ...]
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One `delivered` event: the envelope exactly as the model received it."""
+
+    turn: int
+    session_seq: int
+    speaker: str
+    format: str
+    directive_ids: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """The whole chart, ready to draw."""
+
+    turns: tuple[int, ...]
+    rows: tuple[Row, ...]
+    envelopes: tuple[Envelope, ...]
+    session_markers: tuple[Marker, ...]
+    """Session-wide events: one `envelope` per delivery and one `compacted` per compaction."""
+    providers: tuple[Marker, ...]
+    """One `provider_evaluated` marker per evaluation, in its turn's column."""
+
+    @property
+    def bars(self) -> tuple[Bar, ...]:
+        """Every bar, row by row."""
+        return tuple(bar for row in self.rows for bar in row.bars)
+
+
+@dataclass
+class _Open:
+    authority: Authority
+    first_turn: int
+    queued_turn: int | None
+    injected: bool
+    audit_only: bool
+
+
+@dataclass
+class _RowBuilder:
+    reminder_id: str
+    bars: list[Bar] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    open: _Open | None = None
+
+    def mark(self, kind: MarkerKind, event: ev.Event, column: int, what: str = "") -> None:
+        title = f"{self.reminder_id}: {kind}{what} {_at(event, column)}"
+        self.markers.append(
+            Marker(kind, column, event.session_seq, title, reminder_id=self.reminder_id)
+        )
+
+    def close(self, event: ev.Event, ended_by: str | None, last_turn: int) -> None:
+        life, self.open = self.open, None
+        if life is None:
+            return
+        start = "injected" if life.injected else "queued"
+        until = (
+            f"{ended_by} {_at(event, last_turn)}"
+            if ended_by
+            else f"still live at the end of the log (turn {last_turn})"
+        )
+        audit = ", audit only" if life.audit_only else ""
+        title = (
+            f"{self.reminder_id}: {life.authority}{audit}, {start} at turn {life.first_turn}, "
+            f"{until}"
+        )
+        self.bars.append(
+            Bar(
+                reminder_id=self.reminder_id,
+                authority=life.authority,
+                first_turn=life.first_turn,
+                last_turn=last_turn,
+                queued_turn=life.queued_turn,
+                injected=life.injected,
+                ended_by=ended_by,
+                audit_only=life.audit_only,
+                title=title,
+            )
+        )
+
+
+def _at(event: ev.Event, column: int) -> str:
+    recorded = "" if event.turn == column else f", recorded as turn {event.turn}"
+    return f"at turn {column} (#{event.session_seq}{recorded})"
+
+
+def chart(events: Iterable[ev.Event]) -> Chart:
+    """The chart of a session's events, in log order."""
+    listed = list(events)
+    if not listed:
+        return Chart((), (), (), (), ())
+    first = listed[0].turn
+    last = max(e.turn for e in listed)
+    rows: dict[str, _RowBuilder] = {}
+    envelopes: list[Envelope] = []
+    session: list[Marker] = []
+    providers: list[Marker] = []
+
+    def row(reminder_id: str) -> _RowBuilder:
+        return rows.setdefault(reminder_id, _RowBuilder(reminder_id))
+
+    turn = first
+    for event in listed:
+        p = event.payload
+        turn, seq = max(turn, event.turn), event.session_seq
+        if isinstance(p, ev.Queued):
+            r = row(p.reminder.id or "")
+            r.close(event, "queued again", turn)
+            r.open = _Open(p.reminder.authority, turn, turn, False, False)
+            r.mark("queued", event, turn, f" for {p.mode}")
+        elif isinstance(p, ev.Injected):
+            r = row(p.reminder_id)
+            waited = r.open.queued_turn if r.open and not r.open.injected else None
+            if r.open and r.open.injected:
+                r.close(event, "injected again", turn)
+            r.open = _Open(p.authority, turn, waited, True, p.audit_only)
+        elif isinstance(p, ev.Deduped):
+            for replaced in p.replaced_ids:
+                row(replaced).mark("deduped", event, turn, f", replaced by {p.reminder_id}")
+                row(replaced).close(event, "deduped", turn)
+        elif isinstance(p, ev.Revoked):
+            row(p.reminder_id).mark("revoked", event, turn)
+            row(p.reminder_id).close(event, "revoked", turn)
+        elif isinstance(p, ev.Fired):
+            row(p.reminder_id).mark("fired", event, turn)
+        elif isinstance(p, ev.Delivered):
+            for directive in p.directive_ids:
+                row(directive).mark("delivered", event, turn)
+            envelopes.append(
+                Envelope(turn, seq, p.speaker, p.format, tuple(p.directive_ids), p.text)
+            )
+            count = len(p.directive_ids)
+            session.append(
+                Marker(
+                    "envelope",
+                    turn,
+                    seq,
+                    f"envelope delivered {_at(event, turn)}: {count} directive(s)",
+                )
+            )
+        elif isinstance(p, ev.Expired):
+            row(p.reminder_id).close(event, f"expired ({p.reason})", turn)
+        elif isinstance(p, ev.Dropped):
+            row(p.reminder_id).mark("dropped", event, turn, f" ({p.reason}, {p.code})")
+            row(p.reminder_id).close(event, "dropped", turn)
+        elif isinstance(p, ev.Compacted):
+            for kept in p.preserved_ids:
+                row(kept).mark("compacted", event, turn, ", kept through it")
+            session.append(Marker("compacted", turn, seq, f"compacted {_at(event, turn)}"))
+        elif isinstance(p, ev.HandedOff):
+            for handed in p.propagated_ids:
+                row(handed).mark("handed_off", event, turn, f" to {p.child_session_id}")
+        elif isinstance(p, ev.Inherited):
+            row(p.reminder_id).mark("inherited", event, turn, f" from {p.parent_session_id}")
+        elif isinstance(p, ev.ProviderEvaluated):
+            outcome = "fired" if p.fired else "quiet"
+            providers.append(
+                Marker(
+                    "provider_evaluated",
+                    turn,
+                    seq,
+                    f"provider {p.provider_id}: provider_evaluated on {p.event}, {outcome} "
+                    f"{_at(event, turn)}",
+                    fired=p.fired,
+                )
+            )
+    end = listed[-1]
+    for builder in rows.values():
+        builder.close(end, None, last)
+    return Chart(
+        turns=tuple(range(first, last + 1)),
+        rows=tuple(Row(b.reminder_id, tuple(b.bars), tuple(b.markers)) for b in rows.values()),
+        envelopes=tuple(envelopes),
+        session_markers=tuple(session),
+        providers=tuple(providers),
+    )
