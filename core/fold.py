@@ -22,6 +22,7 @@ from contracts.state import (
     SessionState,
 )
 from core.canonical import sha256_hex
+from core.rules import ttl_pass_due
 
 
 @dataclass
@@ -199,7 +200,8 @@ def _dropped(s: Scratch, p: ev.Dropped, _: ev.Event) -> None:
 
 def _compacted(s: Scratch, p: ev.Compacted, _: ev.Event) -> None:
     s.decrement(p.decremented_ids)
-    if s.last_ended_turn is None or p.turn_number > s.last_ended_turn:
+    if ttl_pass_due(s.last_ended_turn, p.turn_number):
+        # Its pre-compact TTL pass counted as that turn's pass (SPEC §4.8 step 1).
         s.last_ended_turn = p.turn_number
     preserved = set(p.preserved_ids)
     s.pending = [

@@ -8,17 +8,13 @@ from typing import Literal
 
 from contracts.spec import ReminderSpec
 from contracts.state import PendingRow
+from core.rules import renderable
 
 AUTHORITY_RANK = {"contract": 3, "corrective": 2, "advisory": 1}
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 _SPOOF_MARKERS = ("<system-reminder", "</system-reminder>")
 
 Speaker = Literal["harness", "person"]
-
-
-def fired_at(spec: ReminderSpec) -> int:
-    """The turn from which a spec may render (always set once the core resolved it)."""
-    return spec.fired_at_turn or 0
 
 
 def escape_body(body: str) -> str:
@@ -34,13 +30,13 @@ def normalized_body(body: str) -> str:
 def select_winners(pending: Sequence[PendingRow], turn: int) -> list[PendingRow]:
     """The §5.2 winners among eligible reminders, in render order, delivered ones included.
 
-    Eligible: not audit-only and `fired_at_turn <= turn`. Among equal bodies the higher
+    Eligible: `rules.renderable` (fired by `turn`, not audit-only). Among equal bodies the higher
     authority wins, a tie goes to the later injection; winners are ordered by authority,
     then injection order.
     """
     best: dict[str, tuple[int, int]] = {}
     for index, row in enumerate(pending):
-        if row.audit_only or fired_at(row.spec) > turn:
+        if not renderable(row, turn):
             continue
         key = normalized_body(row.spec.body)
         rank = (AUTHORITY_RANK[row.spec.authority], index)
