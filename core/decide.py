@@ -285,10 +285,9 @@ def _fitting_prefix(
 def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
     _check_turn(batch.state, command.turn)
     fmt = command.format or config.default_format
-    candidates = [
-        row for row in rn.select_winners(batch.scratch.pending, command.turn) if not row.delivered
-    ]
+    candidates = rn.render_candidates(batch.scratch.pending, command.turn)
     nonce: str | None = None
+    instructions = ""
     if fmt == "system-reminder":
         for row in [row for row in candidates if rn.is_spoofing(row.spec.body)]:
             batch.emit(
@@ -300,11 +299,6 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
                 )
             )
         candidates = [row for row in candidates if not rn.is_spoofing(row.spec.body)]
-        instructions = ""
-
-        def text_of(rows: list[PendingRow]) -> str:
-            return rn.system_reminder_text(rows)
-
     else:
         instructions = config.instructions
         if config.nonce_enabled:
@@ -314,8 +308,8 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
                 or sha256_hex("nonce\n" + batch.command_id)[:16]
             )
 
-        def text_of(rows: list[PendingRow]) -> str:
-            return rn.context_directives_text(rows, rn.speaker_for(rows), instructions, nonce)
+    def text_of(rows: list[PendingRow]) -> str:
+        return rn.envelope_text(rows, fmt, instructions, nonce)
 
     chosen = _fitting_prefix(candidates, text_of, config.max_envelope_bytes)
     if not chosen:

@@ -15,6 +15,7 @@ _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 _SPOOF_MARKERS = ("<system-reminder", "</system-reminder>")
 
 Speaker = Literal["harness", "person"]
+Format = Literal["context-directives", "system-reminder"]
 
 
 def escape_body(body: str) -> str:
@@ -44,6 +45,12 @@ def select_winners(pending: Sequence[PendingRow], turn: int) -> list[PendingRow]
             best[key] = rank
     ordered = sorted(best.values(), key=lambda rank: (-rank[0], rank[1]))
     return [pending[index] for _, index in ordered]
+
+
+def render_candidates(pending: Sequence[PendingRow], turn: int) -> list[PendingRow]:
+    """The §5.2 winners not delivered yet, in render order: what a render at `turn` may
+    issue (a delivered winner is not re-issued while it lives)."""
+    return [row for row in select_winners(pending, turn) if not row.delivered]
 
 
 def speaker_for(rows: Sequence[PendingRow]) -> Speaker:
@@ -90,6 +97,16 @@ def system_reminder_text(rows: Sequence[PendingRow]) -> str:
         for row in rows
     ]
     return "\n\n".join(blocks)
+
+
+def envelope_text(
+    rows: Sequence[PendingRow], fmt: Format, instructions: str, nonce: str | None
+) -> str:
+    """The envelope of `rows` in `fmt` (§5.1 or §5.4); `system-reminder` has neither
+    instructions nor a nonce."""
+    if fmt == "system-reminder":
+        return system_reminder_text(rows)
+    return context_directives_text(rows, speaker_for(rows), instructions, nonce)
 
 
 def utf16_length(text: str) -> int:

@@ -24,13 +24,7 @@ from contracts.state import PendingRow, SessionState
 from core import fold_all, rules
 from core.canonical import links, sha256_hex
 from core.fold import Scratch, apply_event
-from core.render import (
-    context_directives_text,
-    is_spoofing,
-    select_winners,
-    speaker_for,
-    system_reminder_text,
-)
+from core.render import envelope_text, is_spoofing, render_candidates, speaker_for
 from replay.engine import decode_rows
 from replay.source import Row
 
@@ -107,16 +101,13 @@ def _check_delivered(
     dropped = {e.payload.reminder_id for e in group if isinstance(e.payload, ev.Dropped)}
     winners = [
         row.spec.id
-        for row in select_winners(before.pending, payload.turn_number)
-        if not row.delivered and row.spec.id not in dropped
+        for row in render_candidates(before.pending, payload.turn_number)
+        if row.spec.id not in dropped
     ]
     if winners[: len(fired)] != fired:
         return "the current rules select other directives"
     speaker = speaker_for(live_rows)
-    if payload.format == "system-reminder":
-        text = system_reminder_text(live_rows)
-    else:
-        text = context_directives_text(live_rows, speaker, payload.instructions, payload.nonce)
+    text = envelope_text(live_rows, payload.format, payload.instructions, payload.nonce)
     if text != payload.text:
         return "delivered.text differs from the envelope the current rules render"
     if sha256_hex(payload.text) != payload.text_sha256 or speaker != payload.speaker:
