@@ -33,7 +33,7 @@ from contracts.replies import (
     Reply,
     RevokeReply,
 )
-from contracts.spec import ReminderSpec
+from contracts.spec import ReminderSpec, ResolvedSpec
 from contracts.state import PendingRow, SessionState
 from core import render as rn
 from core import rules
@@ -118,34 +118,29 @@ def _reject(code: ErrorCode, message: str, **details: Any) -> ReminderError:
 
 
 def _live_ids(scratch: Scratch) -> set[str]:
-    return {row.spec.id or "" for row in scratch.pending}
+    return {row.spec.id for row in scratch.pending}
 
 
 def _queued_ids(scratch: Scratch) -> set[str]:
-    return {row.reminder.id or "" for row in scratch.queued}
+    return {row.reminder.id for row in scratch.queued}
 
 
-def _resolve(spec: ReminderSpec, batch: Batch) -> ReminderSpec:
+def _resolve(spec: ReminderSpec, batch: Batch) -> ResolvedSpec:
     """Fill `id` and `fired_at_turn` from the context and the session (SPEC §2.1)."""
-    return spec.model_copy(
-        update={
-            "id": spec.id or batch.context.new_reminder_id,
-            "fired_at_turn": spec.fired_at_turn
-            if spec.fired_at_turn is not None
-            else batch.scratch.turn,
-        }
+    return ResolvedSpec.resolve(
+        spec, id=batch.context.new_reminder_id, fired_at_turn=batch.scratch.turn
     )
 
 
-def _make_live(batch: Batch, spec: ReminderSpec, *, audit_only: bool) -> int:
+def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
     """`deduped`? then `injected` for one reminder; returns how many it replaced."""
     replaced = [
-        row.spec.id or ""
+        row.spec.id
         for row in rules.dedupe_victims(
             batch.scratch.pending, spec.dedupe_key, newcomer_audit_only=audit_only
         )
     ]
-    reminder_id = spec.id or ""
+    reminder_id = spec.id
     if replaced and spec.dedupe_key is not None:
         batch.emit(
             ev.Deduped(
@@ -178,7 +173,7 @@ def _make_live(batch: Batch, spec: ReminderSpec, *, audit_only: bool) -> int:
 
 def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
     spec = _resolve(command.reminder, batch)
-    reminder_id = spec.id or ""
+    reminder_id = spec.id
     if spec.source == "inherited":
         raise _reject(
             ErrorCode.INVALID_OPTION,
@@ -215,7 +210,7 @@ def _clear(batch: Batch, command: cmd.Clear, config: CoreConfig) -> Reply:
     for row in matched:
         batch.emit(
             ev.Expired(
-                reminder_id=row.spec.id or "",
+                reminder_id=row.spec.id,
                 reason="cleared",
                 ttl_turns_before=row.ttl_remaining,
                 expired_at_turn=batch.turn,
@@ -240,7 +235,7 @@ def _checkpoint(batch: Batch, command: cmd.Checkpoint, config: CoreConfig) -> Re
     drained: list[str] = []
     for row in rules.drained(batch.scratch.queued, command.seam):
         _make_live(batch, row.reminder, audit_only=rules.drains_audit_only(row.mode))
-        drained.append(row.reminder.id or "")
+        drained.append(row.reminder.id)
     skipped = rules.dispatch_skipped(command.seam, drained)
     return CheckpointReply(session_seq=0, drained=drained, dispatch_skipped=skipped)
 
@@ -292,7 +287,7 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
         for row in [row for row in candidates if rn.is_spoofing(row.spec.body)]:
             batch.emit(
                 ev.Dropped(
-                    reminder_id=row.spec.id or "",
+                    reminder_id=row.spec.id,
                     reason="invalid",
                     code="spoofed_tag",
                     error="body contains a <system-reminder> tag and cannot be rendered safely",
@@ -320,7 +315,7 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
         spec = row.spec
         batch.emit(
             ev.Fired(
-                reminder_id=spec.id or "",
+                reminder_id=spec.id,
                 turn_number=command.turn,
                 tags=spec.tags,
                 dedupe_key=spec.dedupe_key,
@@ -334,7 +329,7 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
                 body=spec.body,
             )
         )
-    directive_ids = [row.spec.id or "" for row in chosen]
+    directive_ids = [row.spec.id for row in chosen]
     batch.emit(
         ev.Delivered(
             turn_number=command.turn,
@@ -365,7 +360,7 @@ def _emit_ttl_pass(
     for row in ttl.expiring:
         batch.emit(
             ev.Expired(
-                reminder_id=row.spec.id or "",
+                reminder_id=row.spec.id,
                 reason="ttl",
                 ttl_turns_before=row.ttl_remaining,
                 expired_at_turn=turn,
@@ -404,7 +399,7 @@ def _compact(batch: Batch, command: cmd.Compact, config: CoreConfig) -> Reply:
     for row in plan.compacted:
         batch.emit(
             ev.Expired(
-                reminder_id=row.spec.id or "",
+                reminder_id=row.spec.id,
                 reason="compaction",
                 ttl_turns_before=plan.ttl_before(row),
                 expired_at_turn=command.turn,
@@ -438,7 +433,7 @@ def _handoff(batch: Batch, command: cmd.Handoff, config: CoreConfig) -> Reply:
         )
     parent_agent = command.agent_id or command.session_id
     specs = rules.handed_off_specs(batch.scratch.pending, command.child_turn, parent_agent)
-    ids = [spec.id or "" for spec in specs]
+    ids = [spec.id for spec in specs]
     batch.emit(
         ev.HandedOff(
             child_session_id=command.child_session_id,
@@ -464,7 +459,9 @@ def _inherit(batch: Batch, command: cmd.Inherit, config: CoreConfig) -> Reply:
             # Already live, or no room (§4.1): skipped and reported, never half-applied.
             skipped.append(reminder_id)
             continue
-        child_spec = rules.inherited_spec(spec, command.parent_agent_id)
+        # A handed-off spec carries its fired_at_turn; one that left it out fires at the
+        # child's current turn, the §2.1 default (an event never records a null turn).
+        child_spec = rules.inherited_spec(_resolve(spec, batch), command.parent_agent_id)
         _make_live(batch, child_spec, audit_only=False)
         batch.emit(
             ev.Inherited(

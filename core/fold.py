@@ -124,7 +124,7 @@ class Scratch:
 
 def _queued(s: Scratch, p: ev.Queued, _: ev.Event) -> None:
     s.queued.append(QueuedRow(reminder=p.reminder, mode=p.mode, position=p.position))
-    s.see(p.reminder.id or "")
+    s.see(p.reminder.id)
 
 
 def _injected(s: Scratch, p: ev.Injected, _: ev.Event) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contracts.commands import ClearSelector
-from contracts.spec import DeliveryMode, ReminderSpec
+from contracts.spec import DeliveryMode, ResolvedSpec
 from contracts.state import DeliveredDigest, DeliveredEnvelope, PendingRow, QueuedRow
 
 #: Which queued modes each seam drains (SPEC §4.4).
@@ -29,7 +29,7 @@ SEAM_DRAINS: dict[str, frozenset[DeliveryMode]] = {
 
 def fired_by(row: PendingRow, turn: int) -> bool:
     """Whether a live reminder's `fired_at_turn` has come by `turn` (SPEC §2.1)."""
-    return (row.spec.fired_at_turn or 0) <= turn
+    return row.spec.fired_at_turn <= turn
 
 
 def renderable(row: PendingRow, turn: int) -> bool:
@@ -95,12 +95,12 @@ class TtlPass:
     @property
     def expired_ids(self) -> list[str]:
         """Ids of the expiring rows, in injection order."""
-        return [row.spec.id or "" for row in self.expiring]
+        return [row.spec.id for row in self.expiring]
 
     @property
     def decremented_ids(self) -> list[str]:
         """Ids of the decremented rows, in injection order."""
-        return [row.spec.id or "" for row in self.decrementing]
+        return [row.spec.id for row in self.decrementing]
 
 
 def ttl_pass(pending: Sequence[PendingRow], turn: int) -> TtlPass:
@@ -126,12 +126,12 @@ class Compaction:
     @property
     def preserved_ids(self) -> list[str]:
         """Ids of the survivors kept, in injection order."""
-        return [row.spec.id or "" for row in self.preserved]
+        return [row.spec.id for row in self.preserved]
 
     @property
     def compacted_ids(self) -> list[str]:
         """Ids of the survivors expired by compaction, in injection order."""
-        return [row.spec.id or "" for row in self.compacted]
+        return [row.spec.id for row in self.compacted]
 
     def ttl_before(self, row: PendingRow) -> int | None:
         """A compacted row's TTL after step 1 (its decrement lands with `compacted`)."""
@@ -171,7 +171,7 @@ def propagates(row: PendingRow) -> bool:
     return row.spec.propagate == "session" and row.spec.source != "inherited"
 
 
-def handed_off_spec(row: PendingRow, child_turn: int, parent_agent_id: str) -> ReminderSpec:
+def handed_off_spec(row: PendingRow, child_turn: int, parent_agent_id: str) -> ResolvedSpec:
     """The spec exactly as the child is to receive it: its remaining TTL, fired at the
     child's current turn, `source: inherited`, the first emitter kept."""
     return row.spec.model_copy(
@@ -186,12 +186,12 @@ def handed_off_spec(row: PendingRow, child_turn: int, parent_agent_id: str) -> R
 
 def handed_off_specs(
     pending: Sequence[PendingRow], child_turn: int, parent_agent_id: str
-) -> list[ReminderSpec]:
+) -> list[ResolvedSpec]:
     """Every propagating live reminder, as the child is to receive it, in injection order."""
     return [handed_off_spec(row, child_turn, parent_agent_id) for row in pending if propagates(row)]
 
 
-def inherited_spec(spec: ReminderSpec, parent_agent_id: str) -> ReminderSpec:
+def inherited_spec(spec: ResolvedSpec, parent_agent_id: str) -> ResolvedSpec:
     """A handed-off spec as the child injects it: `source: inherited`, the first emitter
     kept, else the parent's agent."""
     return spec.model_copy(

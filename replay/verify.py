@@ -55,7 +55,7 @@ def _live(scratch: Scratch, reminder_id: str) -> PendingRow | None:
 
 
 def _ids(rows: Sequence[PendingRow]) -> list[str]:
-    return [row.spec.id or "" for row in rows]
+    return [row.spec.id for row in rows]
 
 
 def _expired(group: list[ev.Event], reason: str) -> list[ev.Expired]:
@@ -167,7 +167,7 @@ def _check_event(
 
 def _check_handed_off(before: SessionState, event: ev.Event, payload: ev.HandedOff) -> str | None:
     # The child's turn is recorded only inside the specs (every one carries the same).
-    child_turn = payload.reminders[0].fired_at_turn or 0 if payload.reminders else 0
+    child_turn = payload.reminders[0].fired_at_turn if payload.reminders else 0
     expected = rules.handed_off_specs(before.pending, child_turn, event.agent_id)
     if payload.propagated_ids != [spec.id for spec in expected]:
         return "handoff propagated other reminders than the rules allow"
