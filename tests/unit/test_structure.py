@@ -122,3 +122,38 @@ def test_verify_takes_its_rules_from_the_core() -> None:
         and "rules" in {alias.name for alias in node.names}
         for node in ast.walk(tree)
     )
+
+
+def test_the_fold_scratch_has_exactly_the_session_state_fields_and_types() -> None:
+    import dataclasses
+    import typing
+
+    from contracts.state import SessionState
+    from core.fold import Scratch
+
+    hints = typing.get_type_hints(Scratch)
+    scratch = {f.name: hints[f.name] for f in dataclasses.fields(Scratch)}
+    scratch.pop("_seen")
+    state = {name: info.annotation for name, info in SessionState.model_fields.items()}
+    assert list(scratch) == list(state)
+    assert scratch == state
+
+
+def test_thaw_then_freeze_gives_back_an_equal_state_that_shares_no_list() -> None:
+    from contracts.state import DegradedMark, SessionState
+    from core.fold import Scratch
+
+    state = SessionState(
+        session_id="s",
+        seen_ids=["a"],
+        counters={"queued": 1},
+        degraded=DegradedMark(stream_seq=3, code="x"),
+    )
+    scratch = Scratch.thaw(state)
+    scratch.seen_ids.append("b")
+    scratch.counters["queued"] = 2
+    assert state.seen_ids == ["a"] and state.counters == {"queued": 1}
+    assert Scratch.thaw(state).freeze() == state
+    frozen = scratch.freeze()
+    scratch.seen_ids.append("c")
+    assert frozen.seen_ids == ["a", "b"]
