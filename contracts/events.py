@@ -10,7 +10,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.spec import Authority, DeliveryMode, Propagate, ReminderSpec, RoleHint, Source
+from contracts.spec import Authority, DeliveryMode, Propagate, ResolvedSpec, RoleHint, Source
 
 SCHEMA_V1: Final = "reminder-ledger.event/v1"
 """The only envelope version this build reads and writes (SPEC §3.7)."""
@@ -41,7 +41,7 @@ class Payload(BaseModel):
 class Queued(Payload):
     """A reminder was queued for a seam."""
 
-    reminder: ReminderSpec = Field(description="The full spec, id and fired_at_turn set.")
+    reminder: ResolvedSpec = Field(description="The full spec, id and fired_at_turn set.")
     mode: DeliveryMode = Field(description="Which seams drain it.")
     position: int = Field(description="1-based FIFO position, never reused in the session.")
 
@@ -59,7 +59,7 @@ class Injected(Payload):
     propagate: Propagate = Field(description="Its propagation.")
     originating_agent_id: str | None = Field(description="The first emitter.")
     audit_only: bool = Field(description="Recorded only, never rendered (loop_exit drain).")
-    reminder: ReminderSpec = Field(description="The full spec, body included.")
+    reminder: ResolvedSpec = Field(description="The full spec, body included.")
 
 
 class Deduped(Payload):
@@ -156,7 +156,7 @@ class HandedOff(Payload):
     child_session_id: str = Field(description="The sub-agent's session.")
     sub_agent_id: str = Field(description="The sub-agent.")
     propagated_ids: list[str] = Field(description="Ids handed over.")
-    reminders: list[ReminderSpec] = Field(description="The specs exactly as the child gets them.")
+    reminders: list[ResolvedSpec] = Field(description="The specs exactly as the child gets them.")
 
 
 class Inherited(Payload):

@@ -134,6 +134,34 @@ class ReminderSpec(BaseModel):
         return len(self.body.encode("utf-8"))
 
 
+class ResolvedSpec(ReminderSpec):
+    """A reminder spec as the core resolved it (SPEC §2.1): `id` and `fired_at_turn` set.
+
+    Every spec inside an event or a state row is resolved. The JSON object is the same as
+    a `ReminderSpec`'s (same fields, names and values); here `id` and `fired_at_turn` are
+    required and never null.
+    """
+
+    id: str = Field(min_length=1, max_length=128, description="Unique while live; UUIDv7.")
+    fired_at_turn: int = Field(ge=0, le=MAX_WIRE_INT, description="Not rendered before this turn.")
+
+    @classmethod
+    def resolve(cls, spec: ReminderSpec, *, id: str, fired_at_turn: int) -> ResolvedSpec:
+        """`spec` with `id` and `fired_at_turn` filled where it left them out.
+
+        No second validation: `spec` is already valid, and the core's ids and turns are.
+        """
+        if isinstance(spec, ResolvedSpec):
+            return spec
+        values = dict(spec.__dict__)
+        values["id"] = spec.id or id
+        values["fired_at_turn"] = (
+            spec.fired_at_turn if spec.fired_at_turn is not None else fired_at_turn
+        )
+        fields_set = spec.model_fields_set | {"id", "fired_at_turn"}
+        return cls.model_construct(fields_set, **values)
+
+
 REMINDER_FIELDS = frozenset(ReminderSpec.model_fields)
 
 

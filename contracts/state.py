@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.spec import DeliveryMode, ReminderSpec
+from contracts.spec import DeliveryMode, ResolvedSpec
 
 #: Envelopes kept in full in `delivered`; older ones keep only their digest (§6.2).
 FULL_ENVELOPES_KEPT = 64
@@ -30,7 +30,7 @@ class StateModel(BaseModel):
 class QueuedRow(StateModel):
     """A reminder waiting for a seam."""
 
-    reminder: ReminderSpec = Field(description="The full spec.")
+    reminder: ResolvedSpec = Field(description="The full spec.")
     mode: DeliveryMode = Field(description="Which seams drain it.")
     position: int = Field(description="1-based FIFO position.")
 
@@ -38,7 +38,7 @@ class QueuedRow(StateModel):
 class PendingRow(StateModel):
     """A live reminder."""
 
-    spec: ReminderSpec = Field(description="The full spec as injected.")
+    spec: ResolvedSpec = Field(description="The full spec as injected.")
     ttl_remaining: int | None = Field(description="Turns left; null = no TTL.")
     delivered: bool = Field(description="Already committed in an envelope since compaction.")
     delivered_at_turn: int | None = Field(description="Turn of that envelope.")

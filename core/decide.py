@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from contracts import commands as cmd
 from contracts import events as ev
@@ -33,23 +33,13 @@ from contracts.replies import (
     Reply,
     RevokeReply,
 )
-from contracts.spec import DeliveryMode, ReminderSpec
+from contracts.spec import ReminderSpec, ResolvedSpec
 from contracts.state import PendingRow, SessionState
 from core import render as rn
+from core import rules
 from core.canonical import chain_link, derived_uuid7, sha256_hex
 from core.config import CommandContext, CoreConfig
 from core.fold import Scratch, apply_event
-
-#: Which queued modes each seam drains (SPEC §4.4).
-SEAM_DRAINS: dict[str, frozenset[DeliveryMode]] = {
-    "iteration_start": frozenset({"interrupt_immediate", "finish_step"}),
-    "post_tool_dispatch": frozenset({"interrupt_immediate", "finish_step"}),
-    "iteration_end": frozenset({"interrupt_immediate", "finish_step"}),
-    "pre_tool_dispatch": frozenset({"interrupt_immediate"}),
-    "daemon_idle_pre": frozenset({"interrupt_immediate"}),
-    "daemon_idle_post": frozenset({"interrupt_immediate"}),
-    "loop_exit": frozenset({"audit_only"}),
-}
 
 
 @dataclass(frozen=True)
@@ -128,35 +118,29 @@ def _reject(code: ErrorCode, message: str, **details: Any) -> ReminderError:
 
 
 def _live_ids(scratch: Scratch) -> set[str]:
-    return {row.spec.id or "" for row in scratch.pending}
+    return {row.spec.id for row in scratch.pending}
 
 
 def _queued_ids(scratch: Scratch) -> set[str]:
-    return {row.reminder.id or "" for row in scratch.queued}
+    return {row.reminder.id for row in scratch.queued}
 
 
-def _resolve(spec: ReminderSpec, batch: Batch) -> ReminderSpec:
+def _resolve(spec: ReminderSpec, batch: Batch) -> ResolvedSpec:
     """Fill `id` and `fired_at_turn` from the context and the session (SPEC §2.1)."""
-    return spec.model_copy(
-        update={
-            "id": spec.id or batch.context.new_reminder_id,
-            "fired_at_turn": spec.fired_at_turn
-            if spec.fired_at_turn is not None
-            else batch.scratch.turn,
-        }
+    return ResolvedSpec.resolve(
+        spec, id=batch.context.new_reminder_id, fired_at_turn=batch.scratch.turn
     )
 
 
-def _make_live(batch: Batch, spec: ReminderSpec, *, audit_only: bool) -> int:
+def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
     """`deduped`? then `injected` for one reminder; returns how many it replaced."""
-    replaced: list[str] = []
-    if spec.dedupe_key is not None and not audit_only:
-        replaced = [
-            row.spec.id or ""
-            for row in batch.scratch.pending
-            if not row.audit_only and row.spec.dedupe_key == spec.dedupe_key
-        ]
-    reminder_id = spec.id or ""
+    replaced = [
+        row.spec.id
+        for row in rules.dedupe_victims(
+            batch.scratch.pending, spec.dedupe_key, newcomer_audit_only=audit_only
+        )
+    ]
+    reminder_id = spec.id
     if replaced and spec.dedupe_key is not None:
         batch.emit(
             ev.Deduped(
@@ -189,7 +173,7 @@ def _make_live(batch: Batch, spec: ReminderSpec, *, audit_only: bool) -> int:
 
 def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
     spec = _resolve(command.reminder, batch)
-    reminder_id = spec.id or ""
+    reminder_id = spec.id
     if spec.source == "inherited":
         raise _reject(
             ErrorCode.INVALID_OPTION,
@@ -202,13 +186,10 @@ def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
             "invalid id: a reminder with this id is already live or queued",
             field="id",
         )
+    # A queued reminder replaces nothing yet: it dedupes only when drained.
     replacing = 0
-    if command.mode is None and spec.dedupe_key is not None:
-        replacing = sum(
-            1
-            for row in batch.scratch.pending
-            if not row.audit_only and row.spec.dedupe_key == spec.dedupe_key
-        )
+    if command.mode is None:
+        replacing = len(rules.dedupe_victims(batch.scratch.pending, spec.dedupe_key))
     live = len(batch.scratch.pending) + len(batch.scratch.queued) - replacing
     if live + 1 > config.max_live:
         raise _reject(
@@ -225,18 +206,11 @@ def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
 
 
 def _clear(batch: Batch, command: cmd.Clear, config: CoreConfig) -> Reply:
-    selector = command.selector
-    matched = [
-        row
-        for row in batch.scratch.pending
-        if (selector.id is None or row.spec.id == selector.id)
-        and (selector.tag is None or selector.tag in row.spec.tags)
-        and (selector.dedupe_key is None or row.spec.dedupe_key == selector.dedupe_key)
-    ]
+    matched = [row for row in batch.scratch.pending if rules.clear_matches(row, command.selector)]
     for row in matched:
         batch.emit(
             ev.Expired(
-                reminder_id=row.spec.id or "",
+                reminder_id=row.spec.id,
                 reason="cleared",
                 ttl_turns_before=row.ttl_remaining,
                 expired_at_turn=batch.turn,
@@ -258,13 +232,11 @@ def _check_turn(state: SessionState, turn: int) -> None:
 
 def _checkpoint(batch: Batch, command: cmd.Checkpoint, config: CoreConfig) -> Reply:
     _check_turn(batch.state, command.turn)
-    drains = SEAM_DRAINS[command.seam]
     drained: list[str] = []
-    for row in list(batch.scratch.queued):
-        if row.mode in drains:
-            _make_live(batch, row.reminder, audit_only=row.mode == "audit_only")
-            drained.append(row.reminder.id or "")
-    skipped = command.seam == "pre_tool_dispatch" and bool(drained)
+    for row in rules.drained(batch.scratch.queued, command.seam):
+        _make_live(batch, row.reminder, audit_only=rules.drains_audit_only(row.mode))
+        drained.append(row.reminder.id)
+    skipped = rules.dispatch_skipped(command.seam, drained)
     return CheckpointReply(session_seq=0, drained=drained, dispatch_skipped=skipped)
 
 
@@ -308,26 +280,20 @@ def _fitting_prefix(
 def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
     _check_turn(batch.state, command.turn)
     fmt = command.format or config.default_format
-    candidates = [
-        row for row in rn.select_winners(batch.scratch.pending, command.turn) if not row.delivered
-    ]
+    candidates = rn.render_candidates(batch.scratch.pending, command.turn)
     nonce: str | None = None
+    instructions = ""
     if fmt == "system-reminder":
         for row in [row for row in candidates if rn.is_spoofing(row.spec.body)]:
             batch.emit(
                 ev.Dropped(
-                    reminder_id=row.spec.id or "",
+                    reminder_id=row.spec.id,
                     reason="invalid",
                     code="spoofed_tag",
                     error="body contains a <system-reminder> tag and cannot be rendered safely",
                 )
             )
         candidates = [row for row in candidates if not rn.is_spoofing(row.spec.body)]
-        instructions = ""
-
-        def text_of(rows: list[PendingRow]) -> str:
-            return rn.system_reminder_text(rows)
-
     else:
         instructions = config.instructions
         if config.nonce_enabled:
@@ -337,8 +303,8 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
                 or sha256_hex("nonce\n" + batch.command_id)[:16]
             )
 
-        def text_of(rows: list[PendingRow]) -> str:
-            return rn.context_directives_text(rows, rn.speaker_for(rows), instructions, nonce)
+    def text_of(rows: list[PendingRow]) -> str:
+        return rn.envelope_text(rows, fmt, instructions, nonce)
 
     chosen = _fitting_prefix(candidates, text_of, config.max_envelope_bytes)
     if not chosen:
@@ -349,7 +315,7 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
         spec = row.spec
         batch.emit(
             ev.Fired(
-                reminder_id=spec.id or "",
+                reminder_id=spec.id,
                 turn_number=command.turn,
                 tags=spec.tags,
                 dedupe_key=spec.dedupe_key,
@@ -363,7 +329,7 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
                 body=spec.body,
             )
         )
-    directive_ids = [row.spec.id or "" for row in chosen]
+    directive_ids = [row.spec.id for row in chosen]
     batch.emit(
         ev.Delivered(
             turn_number=command.turn,
@@ -386,34 +352,29 @@ def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
     return RenderReply(session_seq=0, envelope=envelope)
 
 
-def _ttl_pass(batch: Batch, turn: int, boundary: str) -> tuple[int, list[str]]:
-    """Expire TTL ≤ 1, list TTL > 1 for decrement, among live reminders fired by `turn`."""
-    expired = 0
-    decremented: list[str] = []
-    for row in list(batch.scratch.pending):
-        if row.ttl_remaining is None or rn.fired_at(row.spec) > turn:
-            continue
-        if row.ttl_remaining <= 1:
-            batch.emit(
-                ev.Expired(
-                    reminder_id=row.spec.id or "",
-                    reason="ttl",
-                    ttl_turns_before=row.ttl_remaining,
-                    expired_at_turn=turn,
-                    expired_at_boundary="post_turn" if boundary == "post_turn" else "pre_compact",
-                )
+def _emit_ttl_pass(
+    batch: Batch, ttl: rules.TtlPass, turn: int, boundary: Literal["post_turn", "pre_compact"]
+) -> None:
+    """`expired{reason: ttl}` for each expiring row; the decrements ride on the boundary's
+    own event (`post_turn` or `compacted`)."""
+    for row in ttl.expiring:
+        batch.emit(
+            ev.Expired(
+                reminder_id=row.spec.id,
+                reason="ttl",
+                ttl_turns_before=row.ttl_remaining,
+                expired_at_turn=turn,
+                expired_at_boundary=boundary,
             )
-            expired += 1
-        else:
-            decremented.append(row.spec.id or "")
-    return expired, decremented
+        )
 
 
 def _end_turn(batch: Batch, command: cmd.EndTurn, config: CoreConfig) -> Reply:
-    last = batch.scratch.last_ended_turn
-    if last is not None and command.turn <= last:
+    if not rules.ttl_pass_due(batch.scratch.last_ended_turn, command.turn):
         return AlreadyAppliedReply(session_seq=0)
-    expired, decremented = _ttl_pass(batch, command.turn, "post_turn")
+    ttl = rules.ttl_pass(batch.scratch.pending, command.turn)
+    _emit_ttl_pass(batch, ttl, command.turn, "post_turn")
+    expired, decremented = len(ttl.expiring), ttl.decremented_ids
     remaining = len(batch.scratch.pending)
     batch.emit(
         ev.PostTurn(
@@ -433,54 +394,34 @@ def _end_turn(batch: Batch, command: cmd.EndTurn, config: CoreConfig) -> Reply:
 
 
 def _compact(batch: Batch, command: cmd.Compact, config: CoreConfig) -> Reply:
-    last = batch.scratch.last_ended_turn
-    expired, decremented = 0, list[str]()
-    if last is None or command.turn > last:
-        expired, decremented = _ttl_pass(batch, command.turn, "pre_compact")
-    lowered = set(decremented)
-    compacted = 0
-    preserved: list[str] = []
-    for row in list(batch.scratch.pending):
-        reminder_id = row.spec.id or ""
-        if row.spec.preserve_on_compact:
-            preserved.append(reminder_id)
-            continue
-        ttl = row.ttl_remaining
+    plan = rules.compaction(batch.scratch.pending, command.turn, batch.scratch.last_ended_turn)
+    _emit_ttl_pass(batch, plan.ttl, command.turn, "pre_compact")
+    for row in plan.compacted:
         batch.emit(
             ev.Expired(
-                reminder_id=reminder_id,
+                reminder_id=row.spec.id,
                 reason="compaction",
-                ttl_turns_before=ttl - 1 if ttl is not None and reminder_id in lowered else ttl,
+                ttl_turns_before=plan.ttl_before(row),
                 expired_at_turn=command.turn,
                 expired_at_boundary="pre_compact",
             )
         )
-        compacted += 1
-    cleared = sum(len(envelope.directive_ids) for envelope in batch.scratch.delivered)
+    cleared = rules.directives_cleared(batch.scratch.delivered)
     batch.emit(
         ev.Compacted(
             turn_number=command.turn,
-            decremented_ids=decremented,
-            preserved_ids=preserved,
+            decremented_ids=plan.ttl.decremented_ids,
+            preserved_ids=plan.preserved_ids,
             directives_cleared=cleared,
         )
     )
     return CompactReply(
         session_seq=0,
-        expired_count=expired,
-        compacted_count=compacted,
-        preserved_count=len(preserved),
+        expired_count=len(plan.ttl.expiring),
+        compacted_count=len(plan.compacted),
+        preserved_count=len(plan.preserved),
         directives_cleared=cleared,
     )
-
-
-def propagates(row: PendingRow) -> bool:
-    """`all` always; `session` only when not itself inherited; `none` never (SPEC §4.9)."""
-    if row.audit_only:
-        return False
-    if row.spec.propagate == "all":
-        return True
-    return row.spec.propagate == "session" and row.spec.source != "inherited"
 
 
 def _handoff(batch: Batch, command: cmd.Handoff, config: CoreConfig) -> Reply:
@@ -491,19 +432,8 @@ def _handoff(batch: Batch, command: cmd.Handoff, config: CoreConfig) -> Reply:
             field="child_session_id",
         )
     parent_agent = command.agent_id or command.session_id
-    specs = [
-        row.spec.model_copy(
-            update={
-                "ttl_turns": row.ttl_remaining,
-                "fired_at_turn": command.child_turn,
-                "source": "inherited",
-                "originating_agent_id": row.spec.originating_agent_id or parent_agent,
-            }
-        )
-        for row in batch.scratch.pending
-        if propagates(row)
-    ]
-    ids = [spec.id or "" for spec in specs]
+    specs = rules.handed_off_specs(batch.scratch.pending, command.child_turn, parent_agent)
+    ids = [spec.id for spec in specs]
     batch.emit(
         ev.HandedOff(
             child_session_id=command.child_session_id,
@@ -524,20 +454,14 @@ def _inherit(batch: Batch, command: cmd.Inherit, config: CoreConfig) -> Reply:
         reminder_id = spec.id or ""
         taken = _live_ids(batch.scratch) | _queued_ids(batch.scratch) | set(inherited)
         full = len(batch.scratch.pending) + len(batch.scratch.queued) >= config.max_live
-        replaces = spec.dedupe_key is not None and any(
-            not row.audit_only and row.spec.dedupe_key == spec.dedupe_key
-            for row in batch.scratch.pending
-        )
+        replaces = bool(rules.dedupe_victims(batch.scratch.pending, spec.dedupe_key))
         if not reminder_id or reminder_id in taken or (full and not replaces):
             # Already live, or no room (§4.1): skipped and reported, never half-applied.
             skipped.append(reminder_id)
             continue
-        child_spec = spec.model_copy(
-            update={
-                "source": "inherited",
-                "originating_agent_id": spec.originating_agent_id or command.parent_agent_id,
-            }
-        )
+        # A handed-off spec carries its fired_at_turn; one that left it out fires at the
+        # child's current turn, the §2.1 default (an event never records a null turn).
+        child_spec = rules.inherited_spec(_resolve(spec, batch), command.parent_agent_id)
         _make_live(batch, child_spec, audit_only=False)
         batch.emit(
             ev.Inherited(

@@ -7,13 +7,14 @@ Folding works on a mutable scratch copy and freezes once, so folding a batch cos
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, get_origin
 
 from contracts import events as ev
 from contracts.state import (
     FULL_ENVELOPES_KEPT,
     RECENT_REPLIES_KEPT,
+    DegradedMark,
     DeliveredDigest,
     DeliveredEnvelope,
     PendingRow,
@@ -22,11 +23,35 @@ from contracts.state import (
     SessionState,
 )
 from core.canonical import sha256_hex
+from core.rules import ttl_pass_due
+
+#: `SessionState`'s fields in order; `Scratch` has exactly these (checked at import).
+STATE_FIELDS: tuple[str, ...] = tuple(SessionState.model_fields)
+
+
+#: The list and dict fields, copied so a scratch never changes the state it came from
+#: (their rows are frozen models, so a shallow copy is enough).
+_CONTAINERS: tuple[str, ...] = tuple(
+    name
+    for name, info in SessionState.model_fields.items()
+    if get_origin(info.annotation) in (list, dict)
+)
+
+
+def _copy_containers(values: dict[str, Any]) -> dict[str, Any]:
+    for name in _CONTAINERS:
+        values[name] = values[name].copy()
+    return values
 
 
 @dataclass
 class Scratch:
-    """A mutable copy of `SessionState` used while folding or deciding."""
+    """A mutable copy of `SessionState` used while folding or deciding.
+
+    Its fields are `SessionState`'s, same names and types: `thaw` and `freeze` copy them
+    by name, this module refuses to import if the names differ, and a unit test compares
+    the types. Both stay plain attribute copies: no pydantic validation on the hot path.
+    """
 
     session_id: str
     session_seq: int
@@ -43,56 +68,21 @@ class Scratch:
     recent_replies: list[RecentReply]
     inherited_from: list[str]
     nonce: str | None
-    degraded: Any
+    degraded: DegradedMark | None
     chain_head: str
-    _seen: set[str] = field(default_factory=set)
+    _seen: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
     def thaw(cls, state: SessionState) -> Scratch:
         """A scratch copy whose lists can be changed without touching `state`."""
-        scratch = cls(
-            session_id=state.session_id,
-            session_seq=state.session_seq,
-            stream_seq=state.stream_seq,
-            turn=state.turn,
-            last_ended_turn=state.last_ended_turn,
-            queued=list(state.queued),
-            pending=list(state.pending),
-            delivered=list(state.delivered),
-            compactions=state.compactions,
-            counters=dict(state.counters),
-            revoked_ids=list(state.revoked_ids),
-            seen_ids=list(state.seen_ids),
-            recent_replies=list(state.recent_replies),
-            inherited_from=list(state.inherited_from),
-            nonce=state.nonce,
-            degraded=state.degraded,
-            chain_head=state.chain_head,
-        )
+        scratch = cls(**_copy_containers(state.__dict__.copy()))
         scratch._seen = set(state.seen_ids)
         return scratch
 
     def freeze(self) -> SessionState:
         """The immutable state; rows are already validated models."""
-        return SessionState.model_construct(
-            session_id=self.session_id,
-            session_seq=self.session_seq,
-            stream_seq=self.stream_seq,
-            turn=self.turn,
-            last_ended_turn=self.last_ended_turn,
-            queued=list(self.queued),
-            pending=list(self.pending),
-            delivered=list(self.delivered),
-            compactions=self.compactions,
-            counters=dict(self.counters),
-            revoked_ids=list(self.revoked_ids),
-            seen_ids=list(self.seen_ids),
-            recent_replies=list(self.recent_replies),
-            inherited_from=list(self.inherited_from),
-            nonce=self.nonce,
-            degraded=self.degraded,
-            chain_head=self.chain_head,
-        )
+        values = {name: getattr(self, name) for name in STATE_FIELDS}
+        return SessionState.model_construct(**_copy_containers(values))
 
     def see(self, reminder_id: str) -> None:
         """Remember an id for `revoke`'s unknown/already-delivered distinction."""
@@ -121,9 +111,14 @@ class Scratch:
         ]
 
 
+_SCRATCH_FIELDS = tuple(f.name for f in fields(Scratch) if not f.name.startswith("_"))
+if _SCRATCH_FIELDS != STATE_FIELDS:  # pragma: no cover - a drift fails every import
+    raise TypeError(f"Scratch fields {_SCRATCH_FIELDS} differ from SessionState's")
+
+
 def _queued(s: Scratch, p: ev.Queued, _: ev.Event) -> None:
     s.queued.append(QueuedRow(reminder=p.reminder, mode=p.mode, position=p.position))
-    s.see(p.reminder.id or "")
+    s.see(p.reminder.id)
 
 
 def _injected(s: Scratch, p: ev.Injected, _: ev.Event) -> None:
@@ -199,7 +194,8 @@ def _dropped(s: Scratch, p: ev.Dropped, _: ev.Event) -> None:
 
 def _compacted(s: Scratch, p: ev.Compacted, _: ev.Event) -> None:
     s.decrement(p.decremented_ids)
-    if s.last_ended_turn is None or p.turn_number > s.last_ended_turn:
+    if ttl_pass_due(s.last_ended_turn, p.turn_number):
+        # Its pre-compact TTL pass counted as that turn's pass (SPEC §4.8 step 1).
         s.last_ended_turn = p.turn_number
     preserved = set(p.preserved_ids)
     s.pending = [

@@ -8,17 +8,14 @@ from typing import Literal
 
 from contracts.spec import ReminderSpec
 from contracts.state import PendingRow
+from core.rules import renderable
 
 AUTHORITY_RANK = {"contract": 3, "corrective": 2, "advisory": 1}
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 _SPOOF_MARKERS = ("<system-reminder", "</system-reminder>")
 
 Speaker = Literal["harness", "person"]
-
-
-def fired_at(spec: ReminderSpec) -> int:
-    """The turn from which a spec may render (always set once the core resolved it)."""
-    return spec.fired_at_turn or 0
+Format = Literal["context-directives", "system-reminder"]
 
 
 def escape_body(body: str) -> str:
@@ -34,13 +31,13 @@ def normalized_body(body: str) -> str:
 def select_winners(pending: Sequence[PendingRow], turn: int) -> list[PendingRow]:
     """The §5.2 winners among eligible reminders, in render order, delivered ones included.
 
-    Eligible: not audit-only and `fired_at_turn <= turn`. Among equal bodies the higher
+    Eligible: `rules.renderable` (fired by `turn`, not audit-only). Among equal bodies the higher
     authority wins, a tie goes to the later injection; winners are ordered by authority,
     then injection order.
     """
     best: dict[str, tuple[int, int]] = {}
     for index, row in enumerate(pending):
-        if row.audit_only or fired_at(row.spec) > turn:
+        if not renderable(row, turn):
             continue
         key = normalized_body(row.spec.body)
         rank = (AUTHORITY_RANK[row.spec.authority], index)
@@ -48,6 +45,12 @@ def select_winners(pending: Sequence[PendingRow], turn: int) -> list[PendingRow]
             best[key] = rank
     ordered = sorted(best.values(), key=lambda rank: (-rank[0], rank[1]))
     return [pending[index] for _, index in ordered]
+
+
+def render_candidates(pending: Sequence[PendingRow], turn: int) -> list[PendingRow]:
+    """The §5.2 winners not delivered yet, in render order: what a render at `turn` may
+    issue (a delivered winner is not re-issued while it lives)."""
+    return [row for row in select_winners(pending, turn) if not row.delivered]
 
 
 def speaker_for(rows: Sequence[PendingRow]) -> Speaker:
@@ -94,6 +97,16 @@ def system_reminder_text(rows: Sequence[PendingRow]) -> str:
         for row in rows
     ]
     return "\n\n".join(blocks)
+
+
+def envelope_text(
+    rows: Sequence[PendingRow], fmt: Format, instructions: str, nonce: str | None
+) -> str:
+    """The envelope of `rows` in `fmt` (§5.1 or §5.4); `system-reminder` has neither
+    instructions nor a nonce."""
+    if fmt == "system-reminder":
+        return system_reminder_text(rows)
+    return context_directives_text(rows, speaker_for(rows), instructions, nonce)
 
 
 def utf16_length(text: str) -> int:

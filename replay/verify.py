@@ -2,10 +2,16 @@
 with the current rules (SPEC §7.2) and name the first event that disagrees.
 
 Decisions are re-derived per command (consecutive events sharing a `command_id`) from the
-state before that command: dedupe replaced exactly the live reminders with the key; a drain
-injected exactly what was queued; each TTL pass expired and decremented exactly the right
-reminders; compaction preserved exactly the preserved ones; every `delivered` text is
-rendered again from its directives with the `instructions` it recorded.
+state before that command: dedupe replaced exactly the live reminders with the key and left
+none behind; a drain injected exactly what was queued, in the order some seam drains; each
+TTL pass expired and decremented exactly the right reminders; compaction expired and
+preserved exactly the right ones; a handoff handed exactly the propagating ones, as the
+child is to receive them; every `delivered` text is rendered again from its directives with
+the `instructions` it recorded.
+
+Every rule comes from `core.rules` (and `core.render`), the functions `decide` itself
+applies: this module only compares what they give with what the log says, so a rule
+changed in the core is never flagged as a divergence of the logs it writes.
 """
 
 from __future__ import annotations
@@ -15,18 +21,10 @@ from itertools import groupby
 
 from contracts import events as ev
 from contracts.state import PendingRow, SessionState
-from core import fold_all
+from core import fold_all, rules
 from core.canonical import links, sha256_hex
-from core.decide import propagates
 from core.fold import Scratch, apply_event
-from core.render import (
-    context_directives_text,
-    fired_at,
-    is_spoofing,
-    select_winners,
-    speaker_for,
-    system_reminder_text,
-)
+from core.render import envelope_text, is_spoofing, render_candidates, speaker_for
 from replay.engine import decode_rows
 from replay.source import Row
 
@@ -56,14 +54,36 @@ def _live(scratch: Scratch, reminder_id: str) -> PendingRow | None:
     return next((row for row in scratch.pending if row.spec.id == reminder_id), None)
 
 
-def _ttl_pass(state: SessionState, turn: int) -> tuple[list[str], list[str]]:
-    expired: list[str] = []
-    decremented: list[str] = []
-    for row in state.pending:
-        if row.ttl_remaining is None or fired_at(row.spec) > turn:
-            continue
-        (expired if row.ttl_remaining <= 1 else decremented).append(row.spec.id or "")
-    return expired, decremented
+def _ids(rows: Sequence[PendingRow]) -> list[str]:
+    return [row.spec.id for row in rows]
+
+
+def _expired(group: list[ev.Event], reason: str) -> list[ev.Expired]:
+    return [
+        e.payload for e in group if isinstance(e.payload, ev.Expired) and e.payload.reason == reason
+    ]
+
+
+def _check_ttl_pass(group: list[ev.Event], ttl: rules.TtlPass, decremented: list[str]) -> bool:
+    """Whether the group expired and decremented exactly what the pass gives."""
+    expired = [p.reminder_id for p in _expired(group, "ttl")]
+    return expired == ttl.expired_ids and decremented == ttl.decremented_ids
+
+
+def _check_drain(before: SessionState, group: list[ev.Event]) -> str | None:
+    """The queued reminders a command made live must be what some seam drains, in order."""
+    queued = {row.reminder.id for row in before.queued}
+    drained = [
+        e.payload.reminder_id
+        for e in group
+        if isinstance(e.payload, ev.Injected) and e.payload.reminder_id in queued
+    ]
+    if not any(
+        drained == [row.reminder.id for row in rules.drained(before.queued, seam)]
+        for seam in rules.SEAM_DRAINS
+    ):
+        return "the drain took other queued reminders than any seam drains"
+    return None
 
 
 def _check_delivered(
@@ -81,16 +101,13 @@ def _check_delivered(
     dropped = {e.payload.reminder_id for e in group if isinstance(e.payload, ev.Dropped)}
     winners = [
         row.spec.id
-        for row in select_winners(before.pending, payload.turn_number)
-        if not row.delivered and row.spec.id not in dropped
+        for row in render_candidates(before.pending, payload.turn_number)
+        if row.spec.id not in dropped
     ]
     if winners[: len(fired)] != fired:
         return "the current rules select other directives"
     speaker = speaker_for(live_rows)
-    if payload.format == "system-reminder":
-        text = system_reminder_text(live_rows)
-    else:
-        text = context_directives_text(live_rows, speaker, payload.instructions, payload.nonce)
+    text = envelope_text(live_rows, payload.format, payload.instructions, payload.nonce)
     if text != payload.text:
         return "delivered.text differs from the envelope the current rules render"
     if sha256_hex(payload.text) != payload.text_sha256 or speaker != payload.speaker:
@@ -104,22 +121,24 @@ def _check_event(
     """Why this event is not what the current rules decide here (None when it is)."""
     payload = event.payload
     if isinstance(payload, ev.Deduped):
-        expected = [
-            row.spec.id
-            for row in scratch.pending
-            if not row.audit_only and row.spec.dedupe_key == payload.dedupe_key
-        ]
+        expected = _ids(rules.dedupe_victims(scratch.pending, payload.dedupe_key))
         if payload.replaced_ids != expected or payload.dropped_count != len(expected):
             return "dedupe replaced other reminders than the live ones with its key"
     elif isinstance(payload, ev.Injected):
         queued = next((q for q in scratch.queued if q.reminder.id == payload.reminder_id), None)
         if queued is not None and (
             queued.reminder != payload.reminder
-            or payload.audit_only != (queued.mode == "audit_only")
+            or payload.audit_only != rules.drains_audit_only(queued.mode)
         ):
             return "the drained reminder differs from what was queued"
+        if queued is not None and (problem := _check_drain(before, group)) is not None:
+            return problem
         if payload.reminder.id != payload.reminder_id or payload.reminder.body.strip() == "":
             return "injected payload disagrees with its spec"
+        if rules.dedupe_victims(
+            scratch.pending, payload.reminder.dedupe_key, newcomer_audit_only=payload.audit_only
+        ):
+            return "a live reminder with the same dedupe_key was not deduped"
     elif isinstance(payload, ev.Queued):
         if payload.position != scratch.counters.get("queued", 0) + 1:
             return f"queued position {payload.position} was not the next one"
@@ -134,43 +153,41 @@ def _check_event(
         if payload.code == "spoofed_tag" and (row is None or not is_spoofing(row.spec.body)):
             return "dropped as spoofed_tag, but the body holds no system-reminder tag"
     elif isinstance(payload, ev.PostTurn):
-        expected_expired, expected_decremented = _ttl_pass(before, payload.turn_number)
-        expired = [
-            e.payload.reminder_id
-            for e in group
-            if isinstance(e.payload, ev.Expired) and e.payload.reason == "ttl"
-        ]
-        if expired != expected_expired or payload.decremented_ids != expected_decremented:
+        if not rules.ttl_pass_due(before.last_ended_turn, payload.turn_number):
+            return "a TTL pass for a turn that had already ended"
+        ttl = rules.ttl_pass(before.pending, payload.turn_number)
+        if not _check_ttl_pass(group, ttl, payload.decremented_ids):
             return "the TTL pass expired or decremented other reminders"
     elif isinstance(payload, ev.Compacted):
         return _check_compacted(before, group, payload)
     elif isinstance(payload, ev.HandedOff):
-        expected = [row.spec.id for row in before.pending if propagates(row)]
-        if payload.propagated_ids != expected:
-            return "handoff propagated other reminders than the rules allow"
+        return _check_handed_off(before, event, payload)
+    return None
+
+
+def _check_handed_off(before: SessionState, event: ev.Event, payload: ev.HandedOff) -> str | None:
+    # The child's turn is recorded only inside the specs (every one carries the same).
+    child_turn = payload.reminders[0].fired_at_turn if payload.reminders else 0
+    expected = rules.handed_off_specs(before.pending, child_turn, event.agent_id)
+    if payload.propagated_ids != [spec.id for spec in expected]:
+        return "handoff propagated other reminders than the rules allow"
+    if payload.reminders != expected:
+        return "handoff gave the child other specs than the rules make"
     return None
 
 
 def _check_compacted(
     before: SessionState, group: list[ev.Event], payload: ev.Compacted
 ) -> str | None:
-    passed = before.last_ended_turn is None or payload.turn_number > before.last_ended_turn
-    expected_expired, expected_decremented = (
-        _ttl_pass(before, payload.turn_number) if passed else ([], [])
-    )
-    expired = [
-        e.payload.reminder_id
-        for e in group
-        if isinstance(e.payload, ev.Expired) and e.payload.reason == "ttl"
-    ]
-    if expired != expected_expired or payload.decremented_ids != expected_decremented:
+    plan = rules.compaction(before.pending, payload.turn_number, before.last_ended_turn)
+    if not _check_ttl_pass(group, plan.ttl, payload.decremented_ids):
         return "the pre-compact TTL pass expired or decremented other reminders"
-    survivors = [row for row in before.pending if row.spec.id not in set(expected_expired)]
-    preserved = [row.spec.id for row in survivors if row.spec.preserve_on_compact]
-    if payload.preserved_ids != preserved:
+    compacted = [(p.reminder_id, p.ttl_turns_before) for p in _expired(group, "compaction")]
+    if compacted != [(row.spec.id, plan.ttl_before(row)) for row in plan.compacted]:
+        return "compaction expired other reminders than the survivors not preserved"
+    if payload.preserved_ids != plan.preserved_ids:
         return "compaction preserved other reminders than those marked preserve_on_compact"
-    cleared = sum(len(envelope.directive_ids) for envelope in before.delivered)
-    if payload.directives_cleared != cleared:
+    if payload.directives_cleared != rules.directives_cleared(before.delivered):
         return "directives_cleared does not count the cleared history"
     return None
 

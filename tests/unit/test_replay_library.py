@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -107,6 +109,51 @@ def test_a_forged_decision_with_a_valid_chain_is_named() -> None:
     forged[index].envelope["payload"]["decremented_ids"] = []
     problem = verify(rechain(forged))
     assert problem is not None and "TTL pass" in problem
+
+
+def forged(name: str, edit: Callable[[list[Row]], object]) -> str | None:
+    """Edit a golden log, relink every event as a forger would, and verify it."""
+    rows = copy.deepcopy(rows_from_file(GOLDEN_DIR / f"{name}.events.jsonl"))
+    edit(rows)
+    return verify(rechain(rows))
+
+
+def first(rows: list[Row], kind: str, **payload: Any) -> Row:
+    return next(
+        row
+        for row in rows
+        if row.envelope["kind"] == kind
+        and all(row.envelope["payload"].get(key) == value for key, value in payload.items())
+    )
+
+
+def test_a_forged_handoff_spec_is_named() -> None:
+    def longer_ttl(rows: list[Row]) -> None:
+        first(rows, "handed_off").envelope["payload"]["reminders"][0]["ttl_turns"] = 99
+
+    problem = forged("compaction_and_handoff", longer_ttl)
+    assert problem is not None and "(handed_off" in problem and "other specs" in problem
+
+
+def test_a_forged_compaction_expiry_is_named() -> None:
+    def other_ttl(rows: list[Row]) -> None:
+        first(rows, "expired", reason="compaction").envelope["payload"]["ttl_turns_before"] = 5
+
+    problem = forged("compaction_and_handoff", other_ttl)
+    assert problem is not None and "(compacted" in problem and "compaction expired" in problem
+
+
+def test_a_drain_that_no_seam_makes_is_named() -> None:
+    def half_a_drain(rows: list[Row]) -> None:
+        # The interrupt drained alone; claim its checkpoint also drained one finish_step
+        # reminder but not the next: no seam drains that.
+        interrupt = first(rows, "injected", reminder_id="int-1")
+        first(rows, "injected", reminder_id="file-1").envelope["command_id"] = interrupt.envelope[
+            "command_id"
+        ]
+
+    problem = forged("queues_and_seams", half_a_drain)
+    assert problem is not None and "(injected" in problem and "than any seam drains" in problem
 
 
 def test_a_row_that_is_not_an_event_is_a_replay_error() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from contracts.commands import parse_command
 from contracts.errors import ErrorCode, ReminderError
-from contracts.spec import ReminderSpec, parse_reminder
+from contracts.spec import ReminderSpec, ResolvedSpec, parse_reminder
 from tests.support import Driver
 
 
@@ -184,3 +185,33 @@ def test_dedupe_keys_are_trimmed_and_ids_with_surrounding_whitespace_are_refused
     spec, _ = parse_reminder({"body": "x", "dedupe_key": "  k1 "})
     assert spec.dedupe_key == "k1"
     assert code_of({"body": "x", "id": "a "}) == "HARN-RMD-001"
+
+
+def test_a_resolved_spec_is_the_same_json_object_as_the_spec_it_resolves() -> None:
+    spec, _ = parse_reminder({"body": "x", "tags": ["a"], "ttl_turns": 2})
+    resolved = ResolvedSpec.resolve(spec, id="r-1", fired_at_turn=3)
+    wire = spec.model_copy(update={"id": "r-1", "fired_at_turn": 3})
+    assert resolved.model_dump_json() == wire.model_dump_json()
+    assert list(ResolvedSpec.model_fields) == list(ReminderSpec.model_fields)
+    assert ResolvedSpec.model_validate(resolved.model_dump(mode="json")) == resolved
+    given, _ = parse_reminder({"body": "x", "id": "mine", "fired_at_turn": 0})
+    kept = ResolvedSpec.resolve(given, id="other", fired_at_turn=9)
+    assert (kept.id, kept.fired_at_turn) == ("mine", 0)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"body": "x", "fired_at_turn": 0},
+        {"body": "x", "id": "r-1"},
+        {"body": "x", "id": None, "fired_at_turn": 0},
+        {"body": "x", "id": "r\x00", "fired_at_turn": 0},
+        {"body": "x", "id": " r", "fired_at_turn": 0},
+        {"body": "x", "id": "r", "fired_at_turn": -1},
+    ],
+)
+def test_a_resolved_spec_needs_an_id_and_a_turn_and_keeps_every_spec_rule(
+    raw: dict[str, Any],
+) -> None:
+    with pytest.raises(ValidationError):
+        ResolvedSpec.model_validate(raw)

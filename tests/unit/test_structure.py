@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from contracts import commands, events
@@ -162,3 +163,76 @@ def test_the_asyncapi_document_names_every_subject_with_its_payload() -> None:
         "reminders.audit.forgotten",
     } <= channels
     assert {"Event", "Inject", "ReminderSpec"} <= set(document["components"]["schemas"])
+
+
+#: Shapes of a lifecycle rule written out (dedupe victims, TTL pass, compaction survivors,
+#: drains, propagation). They belong in `core/rules.py` only, which `decide` applies and
+#: `replay/verify.py` re-derives from: a copy elsewhere drifts, and `--verify` then flags
+#: legitimate logs.
+RULE_SHAPES = re.compile(
+    r"dedupe_key\s*==|not\s+\w+\.audit_only\s+and|ttl_remaining\s*[<>]"
+    r"|fired_at_turn\s*(\bor\s+0\s*\)?\s*)?[<>]|fired_at\(.*\)\s*[<>]"
+    r"|\.preserve_on_compact\s*(\]|\)|:|$|\bfor\b|\bif\b)"
+    r"|propagate\s*==|\.mode\s+in\b|mode\s*==\s*\"audit_only\""
+)
+
+
+def test_lifecycle_rules_are_written_once_in_core_rules() -> None:
+    places = [ROOT / "replay", ROOT / "services", ROOT / "cli", ROOT / "client", ROOT / "core"]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for place in places
+        for path in sorted(place.rglob("*.py"))
+        if path != ROOT / "core" / "rules.py"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if RULE_SHAPES.search(line) and not line.lstrip().startswith(("#", '"""'))
+    ]
+    assert offenders == [], "move these rules into core/rules.py:\n" + "\n".join(offenders)
+
+
+def test_verify_takes_its_rules_from_the_core() -> None:
+    tree = ast.parse((ROOT / "replay" / "verify.py").read_text(encoding="utf-8"))
+    imported = {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert "core.rules" in imported or any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "core"
+        and "rules" in {alias.name for alias in node.names}
+        for node in ast.walk(tree)
+    )
+
+
+def test_the_fold_scratch_has_exactly_the_session_state_fields_and_types() -> None:
+    import dataclasses
+    import typing
+
+    from contracts.state import SessionState
+    from core.fold import Scratch
+
+    hints = typing.get_type_hints(Scratch)
+    scratch = {f.name: hints[f.name] for f in dataclasses.fields(Scratch)}
+    scratch.pop("_seen")
+    state = {name: info.annotation for name, info in SessionState.model_fields.items()}
+    assert list(scratch) == list(state)
+    assert scratch == state
+
+
+def test_thaw_then_freeze_gives_back_an_equal_state_that_shares_no_list() -> None:
+    from contracts.state import DegradedMark, SessionState
+    from core.fold import Scratch
+
+    state = SessionState(
+        session_id="s",
+        seen_ids=["a"],
+        counters={"queued": 1},
+        degraded=DegradedMark(stream_seq=3, code="x"),
+    )
+    scratch = Scratch.thaw(state)
+    scratch.seen_ids.append("b")
+    scratch.counters["queued"] = 2
+    assert state.seen_ids == ["a"] and state.counters == {"queued": 1}
+    assert Scratch.thaw(state).freeze() == state
+    frozen = scratch.freeze()
+    scratch.seen_ids.append("c")
+    assert frozen.seen_ids == ["a", "b"]

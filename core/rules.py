@@ -1,0 +1,202 @@
+"""The lifecycle rules of SPEC §4, each once, as small pure functions over state rows.
+
+`decide` applies them to emit events; `replay/verify.py` calls the very same functions to
+re-derive what a log recorded. So a rule changed here changes both at once, and `--verify`
+never flags a log that the current `decide` would write. Nothing here emits, folds or
+validates: the functions take rows and return rows (or ids), in the order the rules give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contracts.commands import ClearSelector
+from contracts.spec import DeliveryMode, ResolvedSpec
+from contracts.state import DeliveredDigest, DeliveredEnvelope, PendingRow, QueuedRow
+
+#: Which queued modes each seam drains (SPEC §4.4).
+SEAM_DRAINS: dict[str, frozenset[DeliveryMode]] = {
+    "iteration_start": frozenset({"interrupt_immediate", "finish_step"}),
+    "post_tool_dispatch": frozenset({"interrupt_immediate", "finish_step"}),
+    "iteration_end": frozenset({"interrupt_immediate", "finish_step"}),
+    "pre_tool_dispatch": frozenset({"interrupt_immediate"}),
+    "daemon_idle_pre": frozenset({"interrupt_immediate"}),
+    "daemon_idle_post": frozenset({"interrupt_immediate"}),
+    "loop_exit": frozenset({"audit_only"}),
+}
+
+
+def fired_by(row: PendingRow, turn: int) -> bool:
+    """Whether a live reminder's `fired_at_turn` has come by `turn` (SPEC §2.1)."""
+    return row.spec.fired_at_turn <= turn
+
+
+def renderable(row: PendingRow, turn: int) -> bool:
+    """Eligible for a render at `turn`: fired by then and not audit-only (SPEC §4.6)."""
+    return not row.audit_only and fired_by(row, turn)
+
+
+# --- inject and drain (§4.2, §4.4) -------------------------------------------------------
+
+
+def dedupe_victims(
+    pending: Sequence[PendingRow], dedupe_key: str | None, *, newcomer_audit_only: bool = False
+) -> list[PendingRow]:
+    """The live reminders a newcomer with `dedupe_key` replaces, in injection order.
+
+    `audit_only` reminders neither dedupe others nor get deduped (SPEC §4.2).
+    """
+    if dedupe_key is None or newcomer_audit_only:
+        return []
+    return [row for row in pending if not row.audit_only and row.spec.dedupe_key == dedupe_key]
+
+
+def drained(queued: Sequence[QueuedRow], seam: str) -> list[QueuedRow]:
+    """The queued rows a checkpoint at `seam` drains, oldest first (SPEC §4.4)."""
+    modes = SEAM_DRAINS[seam]
+    return [row for row in queued if row.mode in modes]
+
+
+def drains_audit_only(mode: DeliveryMode) -> bool:
+    """Whether a drained reminder becomes live as `audit_only` (recorded, never rendered)."""
+    return mode == "audit_only"
+
+
+def dispatch_skipped(seam: str, drained_ids: Sequence[str]) -> bool:
+    """The host skips its pending tool batch when `pre_tool_dispatch` drained any (§4.4)."""
+    return seam == "pre_tool_dispatch" and bool(drained_ids)
+
+
+def clear_matches(row: PendingRow, selector: ClearSelector) -> bool:
+    """Every present selector matches; a tag matches when any tag equals it (SPEC §4.3)."""
+    return (
+        (selector.id is None or row.spec.id == selector.id)
+        and (selector.tag is None or selector.tag in row.spec.tags)
+        and (selector.dedupe_key is None or row.spec.dedupe_key == selector.dedupe_key)
+    )
+
+
+# --- TTL pass and compaction (§4.7, §4.8) ------------------------------------------------
+
+
+def ttl_pass_due(last_ended_turn: int | None, turn: int) -> bool:
+    """A TTL pass for `turn` applies only past the last ended turn: never twice per turn."""
+    return last_ended_turn is None or turn > last_ended_turn
+
+
+@dataclass(frozen=True)
+class TtlPass:
+    """One TTL pass: rows that expire (TTL ≤ 1) and rows decremented (TTL > 1)."""
+
+    expiring: tuple[PendingRow, ...] = ()
+    decrementing: tuple[PendingRow, ...] = ()
+
+    @property
+    def expired_ids(self) -> list[str]:
+        """Ids of the expiring rows, in injection order."""
+        return [row.spec.id for row in self.expiring]
+
+    @property
+    def decremented_ids(self) -> list[str]:
+        """Ids of the decremented rows, in injection order."""
+        return [row.spec.id for row in self.decrementing]
+
+
+def ttl_pass(pending: Sequence[PendingRow], turn: int) -> TtlPass:
+    """The TTL pass at a boundary of `turn` over live reminders with a finite TTL that have
+    fired by `turn` (SPEC §4.7)."""
+    expiring: list[PendingRow] = []
+    decrementing: list[PendingRow] = []
+    for row in pending:
+        if row.ttl_remaining is None or not fired_by(row, turn):
+            continue
+        (expiring if row.ttl_remaining <= 1 else decrementing).append(row)
+    return TtlPass(tuple(expiring), tuple(decrementing))
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What a compaction does to the live reminders (SPEC §4.8 steps 1 and 2)."""
+
+    ttl: TtlPass
+    preserved: tuple[PendingRow, ...]
+    compacted: tuple[PendingRow, ...]
+
+    @property
+    def preserved_ids(self) -> list[str]:
+        """Ids of the survivors kept, in injection order."""
+        return [row.spec.id for row in self.preserved]
+
+    @property
+    def compacted_ids(self) -> list[str]:
+        """Ids of the survivors expired by compaction, in injection order."""
+        return [row.spec.id for row in self.compacted]
+
+    def ttl_before(self, row: PendingRow) -> int | None:
+        """A compacted row's TTL after step 1 (its decrement lands with `compacted`)."""
+        ttl = row.ttl_remaining
+        lowered = row.spec.id in self.ttl.decremented_ids
+        return ttl - 1 if ttl is not None and lowered else ttl
+
+
+def compaction(pending: Sequence[PendingRow], turn: int, last_ended_turn: int | None) -> Compaction:
+    """Step 1, the TTL pass (only when due), then step 2: survivors with
+    `preserve_on_compact` are kept, the others expire."""
+    ttl = ttl_pass(pending, turn) if ttl_pass_due(last_ended_turn, turn) else TtlPass()
+    gone = set(ttl.expired_ids)
+    survivors = [row for row in pending if row.spec.id not in gone]
+    return Compaction(
+        ttl=ttl,
+        preserved=tuple(row for row in survivors if row.spec.preserve_on_compact),
+        compacted=tuple(row for row in survivors if not row.spec.preserve_on_compact),
+    )
+
+
+def directives_cleared(delivered: Sequence[DeliveredEnvelope | DeliveredDigest]) -> int:
+    """How many directives the delivered history that compaction clears holds."""
+    return sum(len(envelope.directive_ids) for envelope in delivered)
+
+
+# --- propagation (§4.9) ------------------------------------------------------------------
+
+
+def propagates(row: PendingRow) -> bool:
+    """`all` always; `session` only when not itself inherited; `none` never; never an
+    audit-only reminder (SPEC §4.9). Queued reminders do not propagate at all."""
+    if row.audit_only:
+        return False
+    if row.spec.propagate == "all":
+        return True
+    return row.spec.propagate == "session" and row.spec.source != "inherited"
+
+
+def handed_off_spec(row: PendingRow, child_turn: int, parent_agent_id: str) -> ResolvedSpec:
+    """The spec exactly as the child is to receive it: its remaining TTL, fired at the
+    child's current turn, `source: inherited`, the first emitter kept."""
+    return row.spec.model_copy(
+        update={
+            "ttl_turns": row.ttl_remaining,
+            "fired_at_turn": child_turn,
+            "source": "inherited",
+            "originating_agent_id": row.spec.originating_agent_id or parent_agent_id,
+        }
+    )
+
+
+def handed_off_specs(
+    pending: Sequence[PendingRow], child_turn: int, parent_agent_id: str
+) -> list[ResolvedSpec]:
+    """Every propagating live reminder, as the child is to receive it, in injection order."""
+    return [handed_off_spec(row, child_turn, parent_agent_id) for row in pending if propagates(row)]
+
+
+def inherited_spec(spec: ResolvedSpec, parent_agent_id: str) -> ResolvedSpec:
+    """A handed-off spec as the child injects it: `source: inherited`, the first emitter
+    kept, else the parent's agent."""
+    return spec.model_copy(
+        update={
+            "source": "inherited",
+            "originating_agent_id": spec.originating_agent_id or parent_agent_id,
+        }
+    )
