@@ -37,6 +37,9 @@ class Settings(BaseModel):
     max_batch_messages: int = Field(default=1000, ge=1, le=1000, description="group commit size")
     conflict_retries: int = Field(default=5, ge=0, description="REMINDERS_CONFLICT_RETRIES")
     rate_limit_per_second: int = Field(default=50, ge=1, description="REMINDERS_RATE_LIMIT")
+    max_waiting_queries: int = Field(
+        default=1000, ge=1, description="REMINDERS_MAX_WAITING_QUERIES (per gateway replica)"
+    )
     cache_sessions: int = Field(default=10_000, ge=0, description="REMINDERS_CACHE_SESSIONS")
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
     nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
@@ -80,6 +83,7 @@ class Settings(BaseModel):
             "REMINDERS_HTTP_PORT": "http_port",
             "REMINDERS_CONFLICT_RETRIES": "conflict_retries",
             "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
+            "REMINDERS_MAX_WAITING_QUERIES": "max_waiting_queries",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
             "REMINDERS_NATS_USER": "nats_user",
             "REMINDERS_NATS_PASSWORD": "nats_password",

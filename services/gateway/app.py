@@ -67,3 +67,5 @@ class Gateway:
             await self.parts.listener.stop()
         if self.parts.committer is not None:
             await self.parts.committer.stop()
+        if self.parts.service is not None:
+            await self.parts.service.close()

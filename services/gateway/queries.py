@@ -1,14 +1,17 @@
 """Queries served from the projection (SPEC §4.10); `forget` (§4.11) is `forget.py`.
 
 A query must see every command whose reply was sent before it arrived: read the session's
-last stream sequence with one direct get, then wait — on a KV watch, not a poll — until the
-projection has applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the
-projection with `stale: true`.
+last stream sequence with one direct get, then wait — on the replica's one shared watch of
+the bucket (`watch.py`), not a poll and not a watcher per query — until the projection has
+applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the projection with
+`stale: true`.
 """
 
 from __future__ import annotations
 
-import time
+import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import nats
@@ -21,6 +24,7 @@ from contracts.subjects import session_token
 from services.adapters.jetstream import last_session_seq
 from services.adapters.records import decode_record
 from services.adapters.settings import Settings
+from services.gateway.watch import ProjectionWatch, TooManyWaiting
 
 DEFAULT_TIMEOUT_MS = 2000
 
@@ -32,13 +36,29 @@ def _caught_up(record: SessionState | Tombstone | None, last_seq: int, min_seq: 
     return state.stream_seq >= last_seq and state.session_seq >= min_seq
 
 
+class QueryBusy(Exception):
+    """Too many queries wait already; the caller should retry after `retry_after_ms`."""
+
+    def __init__(self, retry_after_ms: int) -> None:
+        super().__init__(retry_after_ms)
+        self.retry_after_ms = retry_after_ms
+
+
 class ProjectionReader:
-    """Reads session states from the bucket, waiting for the projection to catch up."""
+    """Reads session states from the bucket, waiting on the shared watch for the projection
+    to catch up."""
 
     def __init__(self, nc: Client, settings: Settings) -> None:
         self._nc = nc
         self._settings = settings
         self._kv: KeyValue | None = None
+        self.watch = ProjectionWatch(
+            nc,
+            settings.kv_bucket,
+            max_waiting=settings.max_waiting_queries,
+            # One session's flood may take a tenth of the places, never all of them.
+            max_waiting_per_session=max(1, settings.max_waiting_queries // 10),
+        )
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
@@ -55,42 +75,46 @@ class ProjectionReader:
     async def session_state(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
     ) -> tuple[SessionState, bool]:
-        """The projected state once it covers every stored event; and whether it is stale."""
+        """The projected state once it covers every stored event; and whether it is stale.
+
+        Raises `QueryBusy` when the query would have to wait and every place is taken.
+        """
         timeout_s = (DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000
-        deadline = time.monotonic() + timeout_s
         token = session_token(session_id)
         last_seq = await last_session_seq(self._nc, self._settings.stream, session_id)
+
+        def ready(record: SessionState | Tombstone | None) -> bool:
+            return _caught_up(record, last_seq, min_seq)
+
         record = await self._get(token)
-        if not _caught_up(record, last_seq, min_seq):
-            record = await self._watch_until(token, last_seq, min_seq, deadline, record)
-        stale = not _caught_up(record, last_seq, min_seq)
+        if not ready(record) and timeout_s > 0:
+            record = await self._wait(token, ready, timeout_s)
+        stale = not ready(record)
         if isinstance(record, SessionState):
             return record, stale
         return SessionState(session_id=session_id), stale
 
-    async def _watch_until(
+    async def _wait(
         self,
         token: str,
-        last_seq: int,
-        min_seq: int,
-        deadline: float,
-        record: SessionState | Tombstone | None,
+        ready: Callable[[SessionState | Tombstone | None], bool],
+        timeout_s: float,
     ) -> SessionState | Tombstone | None:
-        watcher = await (await self._bucket()).watch(token)
+        await self.watch.ensure_started()
         try:
-            while (remaining := deadline - time.monotonic()) > 0:
-                try:
-                    entry = await watcher.updates(timeout=remaining)  # type: ignore[no-untyped-call]
-                except nats.errors.TimeoutError:
-                    break
-                if entry is None or entry.value is None:
-                    continue
-                record = decode_record(entry.value)
-                if _caught_up(record, last_seq, min_seq):
-                    break
+            waiter = self.watch.register(token, ready)
+        except TooManyWaiting:
+            raise QueryBusy(retry_after_ms=min(1000, int(timeout_s * 1000))) from None
+        try:
+            # Read again once registered, so an update between the two reads is not missed.
+            record = await self._get(token)
+            if ready(record):
+                return record
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(waiter.done), timeout_s)
+            return await self._get(token)
         finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
-        return record
+            self.watch.release(waiter)
 
 
 def pending_injections(state: SessionState) -> dict[str, Any]:

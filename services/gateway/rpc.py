@@ -64,7 +64,9 @@ def _shape_error(message: str) -> RpcError:
 def _reply_error(reply: dict[str, Any]) -> RpcError:
     error = reply["error"]
     code = str(error["code"])
-    data = {"code": code, "message": error["message"]}
+    # The command error's details travel in `data` (SPEC §8): `rate_limited` keeps its
+    # `retry_after_ms`, `too_large` its byte budget.
+    data = {**(error.get("details") or {}), "code": code, "message": error["message"]}
     if code.startswith("HARN-RMD-") or code in ("invalid_request", "too_large"):
         return RpcError(INVALID_PARAMS, "Invalid params", data)
     return RpcError(SERVER_ERROR, error["message"], data)

@@ -47,7 +47,7 @@ from services.gateway.committer import (
     GroupCommitter,
 )
 from services.gateway.forget import Forgetter
-from services.gateway.queries import ProjectionReader, pending_injections
+from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.rpc import PARSE_ERROR, SERVER_ERROR, handle_rpc
 
 log = logging.getLogger("reminders.gateway")
@@ -230,16 +230,8 @@ class CommandService:
             )
         except ReminderError as exc:
             return ErrorReply(error=exc.to_body()).to_wire()
-        if isinstance(command, StateQuery):
-            state, stale = await self._reader.session_state(
-                command.session_id, command.min_seq or 0, command.timeout_ms
-            )
-            return {"ok": True, "state": state.model_dump(mode="json"), "stale": stale}
-        if isinstance(command, PendingInjectionsQuery):
-            state, stale = await self._reader.session_state(
-                command.session_id, 0, command.timeout_ms
-            )
-            return {"ok": True, **pending_injections(state), "stale": stale}
+        if isinstance(command, StateQuery | PendingInjectionsQuery):
+            return await self._query(command)
         if isinstance(command, Forget):
             async with self._locks.hold(command.session_id):
                 reply = await self._forgetter.forget(command.session_id, command.request_id)
@@ -257,6 +249,26 @@ class CommandService:
             )
         async with self._locks.hold(command.session_id):
             return await self._decide_and_commit(command, warnings)
+
+    async def _query(self, query: StateQuery | PendingInjectionsQuery) -> dict[str, Any]:
+        min_seq = (query.min_seq or 0) if isinstance(query, StateQuery) else 0
+        try:
+            state, stale = await self._reader.session_state(
+                query.session_id, min_seq, query.timeout_ms
+            )
+        except QueryBusy as busy:
+            return error_reply(
+                ErrorCode.RATE_LIMITED,
+                "too many queries are waiting; retry later",
+                retry_after_ms=busy.retry_after_ms,
+            )
+        if isinstance(query, StateQuery):
+            return {"ok": True, "state": state.model_dump(mode="json"), "stale": stale}
+        return {"ok": True, **pending_injections(state), "stale": stale}
+
+    async def close(self) -> None:
+        """Stop the shared watch of the bucket."""
+        await self._reader.watch.stop()
 
     async def _decide_and_commit(self, command: Command, warnings: list[Any]) -> dict[str, Any]:
         context = fresh_context()

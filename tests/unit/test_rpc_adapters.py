@@ -100,6 +100,26 @@ async def test_a_field_error_from_the_command_keeps_its_own_code() -> None:
     assert response["error"]["data"]["code"] == "HARN-RMD-005"
 
 
+async def test_a_rate_limited_error_keeps_retry_after_ms_in_data() -> None:
+    limited = {
+        "ok": False,
+        "error": {
+            "code": "rate_limited",
+            "message": "slow down",
+            "details": {"retry_after_ms": 40},
+        },
+    }
+    response = await handle_rpc(
+        Bus({"inject": limited}), request("session/remind", {"sessionId": "s", "body": "x"})
+    )
+    assert response is not None
+    assert response["error"]["data"] == {
+        "code": "rate_limited",
+        "message": "slow down",
+        "retry_after_ms": 40,
+    }
+
+
 @pytest.mark.parametrize("reason", ["already_delivered", "unknown_reminder_id"])
 async def test_revoke_reminder_errors_carry_reason_and_reminder_id(reason: str) -> None:
     bus = Bus({"revoke": {"ok": False, "error": {"code": reason, "message": "m", "details": {}}}})
