@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nats.aio.client import Client
 from rich.console import Console
 
 from cli.demo import (
     DEMO_CHILD,
-    DEMO_SCRIPT,
     DEMO_SESSION,
+    demo_script,
     print_log,
     print_projection,
     print_step,
@@ -115,14 +116,32 @@ async def _provision(settings: Settings) -> dict[str, str]:
         await nc.drain()
 
 
+async def fresh_demo_ids(nc: Client, stream: str) -> tuple[str, str]:
+    """The first (session, child) pair with no events yet: `demo-session`/`demo-child` on a
+    new data directory, then `demo-session-2`/`demo-child-2`, … (SPEC §11: every run of
+    `up --demo` drives a new session)."""
+    run = 1
+    while True:
+        suffix = "" if run == 1 else f"-{run}"
+        session, child = f"{DEMO_SESSION}{suffix}", f"{DEMO_CHILD}{suffix}"
+        if not await read_session(nc, stream, session, 0) and not await read_session(
+            nc, stream, child, 0
+        ):
+            return session, child
+        run += 1
+
+
 async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str, Any]]:
-    """Drive the demo script through the gateway and print what the log recorded."""
+    """Drive the demo script through the gateway under fresh session ids and print what the
+    log recorded."""
     nc = await connect(settings, "reminders-demo")
     client = ReminderClient(nc)
     log: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     try:
-        for op, command in DEMO_SCRIPT:
+        session, child = await fresh_demo_ids(nc, settings.stream)
+        console.print(f"[bold]demo session: {session}[/bold] (sub-agent session {child})")
+        for op, command in demo_script(session, child):
             reply = await client.request(op, command)
             session_id = command["session_id"]
             stored = await read_session(nc, settings.stream, session_id, seen.get(session_id, 0))
@@ -133,13 +152,18 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
             if stored:
                 seen[session_id] = stored[-1].stream_seq
             print_step(console, op, command, reply, events)
-            log.extend(event for event in events if event["session_id"] == DEMO_SESSION)
-        print_log(console, log, f"event log of {DEMO_SESSION} in stream {settings.stream}")
-        for session_id in (DEMO_SESSION, DEMO_CHILD):
+            log.extend(event for event in events if event["session_id"] == session)
+        print_log(console, log, f"event log of {session} in stream {settings.stream}")
+        for session_id in (session, child):
             # Queries wait until the projector has applied every event stored so far.
             state = await client.call("state", {"session_id": session_id, "timeout_ms": 10000})
             pending = await client.call("pending_injections", {"session_id": session_id})
             print_projection(console, session_id, state["state"], pending)
+        console.print(
+            f"replay it: [bold]reminders replay {session} --nats {settings.nats_url} "
+            "--format text[/bold]",
+            soft_wrap=True,
+        )
     finally:
         await nc.drain()
     return log

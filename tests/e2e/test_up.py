@@ -49,6 +49,38 @@ def test_up_with_the_demo_drives_a_session_through_the_bus_and_stops_cleanly(
     assert (tmp_path / "nats").is_dir()
 
 
+def test_up_with_the_demo_twice_on_one_data_dir_drives_a_fresh_session_each_time(
+    tmp_path: Path,
+) -> None:
+    def run_demo() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            reminders_argv("up", "--demo", "--exit-after-demo", "--data-dir", str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=ROOT,
+            env={**os.environ, "COLUMNS": "200"},
+            check=False,
+        )
+
+    first, second = run_demo(), run_demo()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "demo session: demo-session (sub-agent session demo-child)" in first.stdout
+    assert "demo session: demo-session-2 (sub-agent session demo-child-2)" in second.stdout
+    out = second.stdout
+    # Its own session, with the same counts as the first run, and nothing of the old one.
+    assert "event log of demo-session-2 in stream REMINDERS (21 events)" in out
+    assert "projected state of demo-session-2 (session_seq 21" in out
+    assert "pending injections of demo-session-2 (1)" in out
+    assert "projected state of demo-child-2" in out
+    assert "reminders replay demo-session-2" in out
+    for leftover in ("stale_turn", "HARN-RMD-001", "already live", "demo-session ", "demo-child "):
+        assert leftover not in out, leftover
+    assert '"ok":false' not in out.replace(" ", "")
+    assert "Traceback" not in second.stderr
+
+
 def test_up_stops_every_process_on_ctrl_c(tmp_path: Path) -> None:
     process = subprocess.Popen(
         reminders_argv("up", "--data-dir", str(tmp_path)),
