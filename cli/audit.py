@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cli.options import NATS_ENV, given_nats, nats_option, resolve_nats
 from contracts.subjects import DEFAULT_BUCKET, DEFAULT_STREAM, session_token
 from core import canonical_json
 from replay.engine import Cut, replay
@@ -36,7 +37,6 @@ from replay.verify import verify
 T = TypeVar("T")
 stderr = Console(stderr=True)
 
-NATS_HELP = "NATS server to read from (or REMINDERS_NATS_URL)."
 STREAM_HELP = "Event stream name."
 
 
@@ -104,8 +104,8 @@ def write_output(text: str, output: Path | None) -> None:
 
 def replay_command(
     session_id: str = typer.Argument(..., help="The session to reconstruct."),
-    nats_url: str | None = typer.Option(
-        None, "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP
+    nats_flag: str | None = nats_option(
+        f"NATS server to read from (env {NATS_ENV}); --from FILE wins over the environment."
     ),
     from_file: Path | None = typer.Option(None, "--from", help="Read an exported JSON Lines file."),
     stream: str = typer.Option(
@@ -136,8 +136,13 @@ def replay_command(
     ),
 ) -> None:
     """Reconstruct one session's state from its log, byte for byte, and explain it."""
-    if (from_file is None) == (nats_url is None):
+    # A file wins over REMINDERS_NATS_URL; two sources on the command line, or none at all,
+    # are refused (replay has two kinds of source, so it never guesses one).
+    if from_file is not None and nats_flag is not None:
         fail("give exactly one source: --nats URL or --from FILE")
+    nats_url = None if from_file is not None else given_nats(nats_flag)
+    if from_file is None and nats_url is None:
+        fail(f"give exactly one source: --nats URL (or {NATS_ENV}) or --from FILE")
     if from_file is not None:
         if not from_file.exists():
             fail(f"no such file: {from_file}")
@@ -186,9 +191,7 @@ def replay_command(
 def export_command(
     session_id: str | None = typer.Argument(None, help="The session to export (or --all)."),
     all_sessions: bool = typer.Option(False, "--all", help="Export every event of the stream."),
-    nats_url: str | None = typer.Option(
-        None, "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP
-    ),
+    nats_flag: str | None = nats_option(),
     stream: str = typer.Option(
         DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
@@ -199,9 +202,7 @@ def export_command(
     """Write events as JSON Lines (the envelope plus stream_seq and subject) for offline audit."""
     if (session_id is None) == (not all_sessions):
         fail("name one SESSION_ID or pass --all")
-    if nats_url is None:
-        fail("--nats URL is required (or set REMINDERS_NATS_URL)")
-    assert nats_url is not None
+    nats_url = resolve_nats(nats_flag)
 
     async def read() -> list[Row]:
         nc = await connect_for_replay(nats_url, _credentials())
@@ -223,7 +224,7 @@ def export_command(
 
 
 def rebuild_command(
-    nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
+    nats_flag: str | None = nats_option(),
     stream: str = typer.Option(
         DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
@@ -234,6 +235,7 @@ def rebuild_command(
     """Rebuild the whole projection from the log (safe while the services run)."""
     from replay.rebuild import rebuild
 
+    nats_url = resolve_nats(nats_flag)
     async def go() -> None:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
@@ -254,7 +256,7 @@ def rebuild_command(
 def verify_projection_command(
     session_id: str | None = typer.Argument(None, help="One session (default: --all)."),
     all_sessions: bool = typer.Option(False, "--all", help="Every session (the default)."),
-    nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
+    nats_flag: str | None = nats_option(),
     stream: str = typer.Option(
         DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
@@ -267,6 +269,7 @@ def verify_projection_command(
 
     if session_id is not None and all_sessions:
         fail("name one SESSION_ID or pass --all, not both")
+    nats_url = resolve_nats(nats_flag)
     token = session_token(session_id) if session_id is not None else None
 
     async def go() -> tuple[int, list[tuple[str, str]]]:

@@ -12,7 +12,7 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import ConsumerInfo
 
-from services.adapters.connection import NatsUnreachable, connect
+from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
 from services.adapters.jetstream import (
     _contradictions,
     _needs_update,
@@ -112,7 +112,9 @@ async def _dlq_check(nc: Client, settings: Settings) -> Check:
 async def run_checks(settings: Settings) -> list[Check]:
     """Every check, in order; a connection failure is the only row when it happens."""
     try:
-        nc = await connect(settings, "reminders-doctor", startup_timeout_s=5.0)
+        nc = await connect(
+            settings, "reminders-doctor", startup_timeout_s=CLI_CONNECT_TIMEOUT_S, fail_fast=True
+        )
     except NatsUnreachable as exc:
         return [Check("connectivity", False, str(exc))]
     try:

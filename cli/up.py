@@ -34,7 +34,7 @@ from cli.supervisor import (
 )
 from client.sdk import ReminderClient
 from contracts.decode import decode
-from services.adapters.connection import NatsUnreachable, connect
+from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
 from services.adapters.jetstream import read_session
 from services.adapters.settings import Settings
 
@@ -107,7 +107,9 @@ def _port_free(port: int) -> bool:
 
 async def _provision(settings: Settings) -> dict[str, str]:
     try:
-        nc = await connect(settings, "reminders-up", startup_timeout_s=5.0)
+        nc = await connect(
+            settings, "reminders-up", startup_timeout_s=CLI_CONNECT_TIMEOUT_S, fail_fast=True
+        )
     except NatsUnreachable as exc:
         raise UpError(str(exc)) from exc
     try:

@@ -8,7 +8,6 @@ auditor needs no right to create a consumer. An export row is the event envelope
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from contracts.decode import UnknownSchema, upcast
 from contracts.stored import StoredEvent
 from contracts.subjects import EVENT_SUBJECTS, session_subject_filter
 from replay.errors import ReplayError
+from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect_url
 from services.adapters.jetstream import JetStreamApiError, iterate_direct
 
 EVENT_FILTER = EVENT_SUBJECTS
@@ -66,26 +66,18 @@ def rows_from_file(path: Path, session_id: str | None = None) -> list[StoredEven
 
 
 async def connect_for_replay(url: str, options: dict[str, Any] | None = None) -> Client:
-    """A bounded connection: replay fails fast with one line when NATS is unreachable."""
-
-    async def quiet(exc: Exception) -> None:
-        """nats-py would print a traceback per failed attempt; the caller says it once."""
-
+    """A bounded connection: replay fails fast with one line naming the URL and the cause
+    (refused, DNS, timeout, authorization) when NATS is unreachable."""
     try:
-        return await asyncio.wait_for(
-            nats.connect(
-                url,
-                name="reminders-replay",
-                connect_timeout=3,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                error_cb=quiet,
-                **(options or {}),
-            ),
-            timeout=5,
+        return await connect_url(
+            url,
+            "reminders-replay",
+            options,
+            startup_timeout_s=CLI_CONNECT_TIMEOUT_S,
+            fail_fast=True,
         )
-    except Exception as exc:
-        raise ReplayError(f"cannot reach NATS at {url} ({type(exc).__name__})") from None
+    except NatsUnreachable as exc:
+        raise ReplayError(str(exc)) from None
 
 
 @dataclass
