@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from nats.aio.client import Client
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -275,6 +276,8 @@ def verify_projection_command(
     async def go() -> tuple[int, list[tuple[str, str]]]:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
+            if session_id is not None:
+                await _require_known_session(nc, stream, bucket, session_id)
             with progress_bar("verifying") as update:
                 checked, mismatches = await verify_projection(nc, stream, bucket, token, update)
         finally:
@@ -287,6 +290,23 @@ def verify_projection_command(
     if mismatches:
         fail(f"{len(mismatches)} of {checked} session(s) differ from a replay")
     stderr.print(f"ok: {checked} session(s) equal to a replay of the log", highlight=False)
+
+
+async def _require_known_session(nc: Client, stream: str, bucket: str, session_id: str) -> None:
+    """A named session must have events or a projection; else it is an error, not `ok`."""
+    import nats
+
+    if await rows_from_nats(nc, stream, session_id):
+        return
+    try:
+        await (await nc.jetstream().key_value(bucket)).get(session_token(session_id))
+        return
+    except nats.js.errors.KeyNotFoundError:
+        pass
+    raise ReplayError(
+        f"unknown session {session_id!r}: no events in stream {stream} and no projection "
+        f"in bucket {bucket}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -187,6 +187,15 @@ async def test_verify_projection_fails_on_a_projection_that_differs(
     assert reminders("verify-projection", "--nats", demo_log.nats_url).returncode == 0
 
 
+def test_verify_projection_of_an_unknown_session_is_an_error(provisioned: Settings) -> None:
+    result = reminders("verify-projection", "no-such-session", "--nats", provisioned.nats_url)
+    assert result.returncode == 1
+    text = result.stderr.decode()
+    assert "unknown session 'no-such-session'" in " ".join(text.split())
+    assert len(text.strip().splitlines()) == 1
+    assert b"ok" not in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
