@@ -30,10 +30,13 @@ from replay.source import (
     Row,
     connect_for_replay,
     iterate_stream,
+    require_bucket,
+    require_stream,
     rows_from_file,
     rows_from_nats,
 )
 from replay.verify import verify
+from services.adapters.jetstream import JetStreamApiError
 
 T = TypeVar("T")
 stderr = Console(stderr=True)
@@ -65,11 +68,21 @@ def fail(message: str, code: int = 1) -> None:
 
 def run(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine, turning `ReplayError` into one readable line."""
+    import nats
+
     try:
         return asyncio.run(make())  # type: ignore[arg-type]
     except ReplayError as exc:
         fail(str(exc))
-        raise AssertionError("unreachable") from None
+    except nats.js.errors.BucketNotFoundError:
+        fail("the projection bucket does not exist: run `reminders provision` to create it")
+    except (nats.errors.Error, JetStreamApiError) as exc:
+        # Never a traceback: say what the server answered, in one line.
+        fail(
+            f"NATS answered {type(exc).__name__}: {str(exc)[:200]} (is the server provisioned? "
+            "`reminders provision` creates the streams and bucket)"
+        )
+    raise AssertionError("unreachable")
 
 
 @contextmanager
@@ -158,6 +171,7 @@ def replay_command(
         async def read() -> list[Row]:
             nc = await connect_for_replay(nats_url, _credentials())
             try:
+                await require_stream(nc, stream)
                 return await rows_from_nats(nc, stream, session_id)
             finally:
                 await nc.close()
@@ -208,6 +222,7 @@ def export_command(
     async def read() -> list[Row]:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
+            await require_stream(nc, stream)
             if session_id is not None:
                 return await rows_from_nats(nc, stream, session_id)
             with progress_bar("exporting") as update:
@@ -237,9 +252,12 @@ def rebuild_command(
     from replay.rebuild import rebuild
 
     nats_url = resolve_nats(nats_flag)
+
     async def go() -> None:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
+            await require_stream(nc, stream)
+            await require_bucket(nc, bucket)
             with progress_bar("rebuilding") as update:
                 report = await rebuild(nc, stream, bucket, update)
         finally:
@@ -276,6 +294,8 @@ def verify_projection_command(
     async def go() -> tuple[int, list[tuple[str, str]]]:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
+            await require_stream(nc, stream)
+            await require_bucket(nc, bucket)
             if session_id is not None:
                 await _require_known_session(nc, stream, bucket, session_id)
             with progress_bar("verifying") as update:

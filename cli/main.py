@@ -169,7 +169,7 @@ def doctor(
     dead-letter stream; exit 1 with a row per failure."""
     from rich.table import Table
 
-    from cli.doctor import run_checks
+    from cli.doctor import PROVISION_HINT, run_checks
 
     settings = Settings.from_env(nats_url=nats_url or nats_alias)
     checks = asyncio.run(run_checks(settings))
@@ -185,7 +185,9 @@ def doctor(
     if failures and failures[0].name == "connectivity":
         _fail(failures[0].detail)  # "cannot reach NATS at URL: <cause>"
     if failures:
-        _fail(f"{len(failures)} check(s) failed: {', '.join(c.name for c in failures)}")
+        missing = any(PROVISION_HINT in c.detail for c in failures)
+        hint = "; run `reminders provision` to create what is missing" if missing else ""
+        _fail(f"{len(failures)} check(s) failed: {', '.join(c.name for c in failures)}{hint}")
 
 
 @app.command()

@@ -80,6 +80,37 @@ async def connect_for_replay(url: str, options: dict[str, Any] | None = None) ->
         raise ReplayError(str(exc)) from None
 
 
+async def require_stream(nc: Client, stream: str, what: str | None = None) -> None:
+    """Fail in one line, naming the command that creates it, when `stream` is not on the
+    server (an unprovisioned or foreign server), or when JetStream is not enabled at all."""
+    name = what or f"stream {stream}"
+    try:
+        await nc.jetstream().stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        raise ReplayError(
+            f"{name} does not exist on {_server(nc)}: run `reminders provision` to create it"
+        ) from None
+    except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+        raise ReplayError(
+            f"JetStream is not enabled on {_server(nc)} (start nats-server with -js), "
+            "then run `reminders provision`"
+        ) from None
+    except nats.errors.TimeoutError:
+        raise ReplayError(f"{_server(nc)} did not answer for {name} in time") from None
+    except nats.js.errors.APIError as exc:
+        raise ReplayError(f"{name} cannot be read: {exc.description or exc}") from None
+
+
+async def require_bucket(nc: Client, bucket: str) -> None:
+    """Like `require_stream`, for the projection bucket (the stream `KV_<bucket>`)."""
+    await require_stream(nc, f"KV_{bucket}", f"projection bucket {bucket}")
+
+
+def _server(nc: Client) -> str:
+    url = nc.connected_url
+    return f"the NATS server at {url.geturl()}" if url is not None else "the NATS server"
+
+
 @dataclass
 class ReadStats:
     """What a read from NATS cost: matching messages when it began, and what the server sent."""
