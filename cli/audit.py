@@ -181,11 +181,16 @@ def replay_command(
     if not rows:
         fail(f"unknown session {session_id!r}: no events in {where}")
     try:
-        result = replay(rows, Cut(until_seq, at_turn, until_time))
+        # --verify runs first: a session that fails it prints no state, only the error.
         divergence = verify(rows) if check else None
+        if divergence is not None:
+            fail(f"verify failed at {divergence}")
+        result = replay(rows, Cut(until_seq, at_turn, until_time))
     except ReplayError as exc:
         fail(str(exc))
         return
+    for note in result.notes:
+        stderr.print(f"note: {note}", highlight=False, soft_wrap=True)
     if output_format is Format.json:
         text = result.canonical
     elif output_format is Format.text:
@@ -194,8 +199,6 @@ def replay_command(
         text = html_report(session_id, result)
     write_output(text, output)
     if check:
-        if divergence is not None:
-            fail(f"verify failed at {divergence}")
         stderr.print(
             f"verify: ok — {len(rows)} events, chain and session_seq intact, every decision "
             "re-derived",
