@@ -173,7 +173,10 @@ def print_log(console: Console, log: list[dict[str, Any]], title: str) -> None:
 def print_projection(
     console: Console, session_id: str, state: dict[str, Any], pending: dict[str, Any]
 ) -> None:
-    """The projected state of a session and its pending injections (SPEC §4.10)."""
+    """The projected state of a session and its pending injections (SPEC §4.10).
+
+    A reminder without a TTL (it lives until cleared, revoked or compacted) shows `∞`.
+    """
     table = Table(
         title=f"projected state of {session_id} (session_seq {state['session_seq']},"
         f" stream_seq {state['stream_seq']}, turn {state['turn']})"
@@ -185,7 +188,7 @@ def print_projection(
         table.add_row(
             spec["id"],
             spec["authority"],
-            str(row["ttl_remaining"]),
+            "∞" if row["ttl_remaining"] is None else str(row["ttl_remaining"]),
             str(row["delivered"]),
             spec["source"],
         )

@@ -238,6 +238,34 @@ def _register_audit_commands() -> None:
 _register_audit_commands()
 
 
+def _tidy_help(typer_app: typer.Typer) -> None:
+    """Help that reads well at 80 columns.
+
+    The command list shows each command's first docstring paragraph with its source line
+    breaks kept, so a sentence broke mid-way; give each command that paragraph as one line
+    (`short_help`). And show flags as flags: this typer labels every boolean `<bool>`.
+    """
+    import inspect
+
+    from typer.core import TyperOption
+
+    for info in typer_app.registered_commands:
+        if info.short_help is None and info.callback is not None:
+            doc = inspect.cleandoc(info.callback.__doc__ or "")
+            info.short_help = " ".join(doc.split("\n\n")[0].split())
+    if not getattr(TyperOption.display_type_rich, "_flags_bare", False):
+        shown = TyperOption.display_type_rich
+
+        def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+            return None if self.is_flag else shown(self, ctx)
+
+        display_type_rich._flags_bare = True  # type: ignore[attr-defined]
+        TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
+
+
+_tidy_help(app)
+
+
 def main() -> None:
     """Console-script entrypoint."""
     try:

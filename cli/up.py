@@ -76,7 +76,9 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
     system = System(settings.nats_url, server)
     try:
         provisioned = asyncio.run(_provision(settings))
-        console.print(f"NATS at {settings.nats_url}; streams: {provisioned}")
+        console.print(f"NATS at {settings.nats_url}; provisioned:", soft_wrap=True)
+        for line in provision_summary(provisioned):
+            console.print(f"  {line}", soft_wrap=True, highlight=False)
         for name in SERVICES:
             log_path = settings.data_dir / "logs" / f"{name}.log"
             system.services.append(spawn_service(name, settings, log_path))
@@ -96,6 +98,14 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
         )
     console.print(f"Prometheus targets (file_sd): {system.scrape_targets}")
     return system
+
+
+def provision_summary(done: dict[str, str]) -> list[str]:
+    """`created: REMINDERS, …` — one line per outcome, names in provisioning order."""
+    by_outcome: dict[str, list[str]] = {}
+    for name, what in done.items():
+        by_outcome.setdefault(what, []).append(name)
+    return [f"{what}: {', '.join(names)}" for what, names in by_outcome.items()]
 
 
 def _port_free(port: int) -> bool:

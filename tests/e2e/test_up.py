@@ -79,6 +79,11 @@ def test_up_with_the_demo_twice_on_one_data_dir_drives_a_fresh_session_each_time
         assert leftover not in out, leftover
     assert '"ok":false' not in out.replace(" ", "")
     assert "Traceback" not in second.stderr
+    # Provisioning is listed readably, not as a dict; a reminder without TTL shows ∞.
+    assert "provisioned:" in first.stdout and "created: REMINDERS" in first.stdout
+    assert "unchanged: REMINDERS" in out
+    assert "{'" not in first.stdout + out
+    assert "∞" in out
 
 
 def test_up_stops_every_process_on_ctrl_c(tmp_path: Path) -> None:
