@@ -191,3 +191,45 @@ def test_up_restarts_a_crashed_worker_and_rides_out_a_nats_restart(tmp_path: Pat
     assert process.returncode == 0, output
     assert "exited with" not in rest, output  # nothing crashed after the projector's kill
     assert "Traceback" not in output
+
+
+def test_an_idle_system_logs_no_error_and_services_import_no_faststream(tmp_path: Path) -> None:
+    """The services once logged FastStream error lines on an idle system. They no longer use
+    FastStream at all; an idle `up` must log no error (8 s here, REMINDERS_IDLE_SECONDS to
+    watch longer, e.g. 50)."""
+    import ast
+
+    for path in (ROOT / "services").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not any(name.split(".")[0] == "faststream" for name in names), path
+
+    idle_s = float(os.environ.get("REMINDERS_IDLE_SECONDS", "8"))
+    process = subprocess.Popen(
+        reminders_argv("up", "--data-dir", str(tmp_path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    try:
+        read_until(process, "press Ctrl-C", lines, 60)
+        time.sleep(idle_s)
+        assert process.poll() is None, "".join(lines)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    logs = sorted((tmp_path / "logs").glob("*.log"))
+    assert {log.stem for log in logs} >= {"gateway", "projector", "propagator", "observer"}
+    for log in logs:
+        errors = [line for line in log.read_text().splitlines() if '"level":"error"' in line]
+        assert errors == [], (log.name, errors[:3])
