@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from nats.aio.client import Client
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cli.options import NATS_ENV, given_nats, nats_option, resolve_nats
 from contracts.subjects import DEFAULT_BUCKET, DEFAULT_STREAM, session_token
 from core import canonical_json
 from replay.engine import Cut, replay
@@ -28,15 +30,17 @@ from replay.source import (
     Row,
     connect_for_replay,
     iterate_stream,
+    require_bucket,
+    require_stream,
     rows_from_file,
     rows_from_nats,
 )
 from replay.verify import verify
+from services.adapters.jetstream import JetStreamApiError
 
 T = TypeVar("T")
 stderr = Console(stderr=True)
 
-NATS_HELP = "NATS server to read from (or REMINDERS_NATS_URL)."
 STREAM_HELP = "Event stream name."
 
 
@@ -64,11 +68,21 @@ def fail(message: str, code: int = 1) -> None:
 
 def run(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine, turning `ReplayError` into one readable line."""
+    import nats
+
     try:
         return asyncio.run(make())  # type: ignore[arg-type]
     except ReplayError as exc:
         fail(str(exc))
-        raise AssertionError("unreachable") from None
+    except nats.js.errors.BucketNotFoundError:
+        fail("the projection bucket does not exist: run `reminders provision` to create it")
+    except (nats.errors.Error, JetStreamApiError) as exc:
+        # Never a traceback: say what the server answered, in one line.
+        fail(
+            f"NATS answered {type(exc).__name__}: {str(exc)[:200]} (is the server provisioned? "
+            "`reminders provision` creates the streams and bucket)"
+        )
+    raise AssertionError("unreachable")
 
 
 @contextmanager
@@ -104,8 +118,8 @@ def write_output(text: str, output: Path | None) -> None:
 
 def replay_command(
     session_id: str = typer.Argument(..., help="The session to reconstruct."),
-    nats_url: str | None = typer.Option(
-        None, "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP
+    nats_flag: str | None = nats_option(
+        f"NATS server to read from (env {NATS_ENV}); --from FILE wins over the environment."
     ),
     from_file: Path | None = typer.Option(None, "--from", help="Read an exported JSON Lines file."),
     stream: str = typer.Option(
@@ -136,8 +150,13 @@ def replay_command(
     ),
 ) -> None:
     """Reconstruct one session's state from its log, byte for byte, and explain it."""
-    if (from_file is None) == (nats_url is None):
+    # A file wins over REMINDERS_NATS_URL; two sources on the command line, or none at all,
+    # are refused (replay has two kinds of source, so it never guesses one).
+    if from_file is not None and nats_flag is not None:
         fail("give exactly one source: --nats URL or --from FILE")
+    nats_url = None if from_file is not None else given_nats(nats_flag)
+    if from_file is None and nats_url is None:
+        fail(f"give exactly one source: --nats URL (or {NATS_ENV}) or --from FILE")
     if from_file is not None:
         if not from_file.exists():
             fail(f"no such file: {from_file}")
@@ -152,6 +171,7 @@ def replay_command(
         async def read() -> list[Row]:
             nc = await connect_for_replay(nats_url, _credentials())
             try:
+                await require_stream(nc, stream)
                 return await rows_from_nats(nc, stream, session_id)
             finally:
                 await nc.close()
@@ -161,11 +181,16 @@ def replay_command(
     if not rows:
         fail(f"unknown session {session_id!r}: no events in {where}")
     try:
-        result = replay(rows, Cut(until_seq, at_turn, until_time))
+        # --verify runs first: a session that fails it prints no state, only the error.
         divergence = verify(rows) if check else None
+        if divergence is not None:
+            fail(f"verify failed at {divergence}")
+        result = replay(rows, Cut(until_seq, at_turn, until_time))
     except ReplayError as exc:
         fail(str(exc))
         return
+    for note in result.notes:
+        stderr.print(f"note: {note}", highlight=False, soft_wrap=True)
     if output_format is Format.json:
         text = result.canonical
     elif output_format is Format.text:
@@ -174,8 +199,6 @@ def replay_command(
         text = html_report(session_id, result)
     write_output(text, output)
     if check:
-        if divergence is not None:
-            fail(f"verify failed at {divergence}")
         stderr.print(
             f"verify: ok — {len(rows)} events, chain and session_seq intact, every decision "
             "re-derived",
@@ -186,9 +209,7 @@ def replay_command(
 def export_command(
     session_id: str | None = typer.Argument(None, help="The session to export (or --all)."),
     all_sessions: bool = typer.Option(False, "--all", help="Export every event of the stream."),
-    nats_url: str | None = typer.Option(
-        None, "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP
-    ),
+    nats_flag: str | None = nats_option(),
     stream: str = typer.Option(
         DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
@@ -199,13 +220,12 @@ def export_command(
     """Write events as JSON Lines (the envelope plus stream_seq and subject) for offline audit."""
     if (session_id is None) == (not all_sessions):
         fail("name one SESSION_ID or pass --all")
-    if nats_url is None:
-        fail("--nats URL is required (or set REMINDERS_NATS_URL)")
-    assert nats_url is not None
+    nats_url = resolve_nats(nats_flag)
 
     async def read() -> list[Row]:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
+            await require_stream(nc, stream)
             if session_id is not None:
                 return await rows_from_nats(nc, stream, session_id)
             with progress_bar("exporting") as update:
@@ -223,7 +243,7 @@ def export_command(
 
 
 def rebuild_command(
-    nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
+    nats_flag: str | None = nats_option(),
     stream: str = typer.Option(
         DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
@@ -234,9 +254,13 @@ def rebuild_command(
     """Rebuild the whole projection from the log (safe while the services run)."""
     from replay.rebuild import rebuild
 
+    nats_url = resolve_nats(nats_flag)
+
     async def go() -> None:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
+            await require_stream(nc, stream)
+            await require_bucket(nc, bucket)
             with progress_bar("rebuilding") as update:
                 report = await rebuild(nc, stream, bucket, update)
         finally:
@@ -254,7 +278,7 @@ def rebuild_command(
 def verify_projection_command(
     session_id: str | None = typer.Argument(None, help="One session (default: --all)."),
     all_sessions: bool = typer.Option(False, "--all", help="Every session (the default)."),
-    nats_url: str = typer.Option(..., "--nats", envvar="REMINDERS_NATS_URL", help=NATS_HELP),
+    nats_flag: str | None = nats_option(),
     stream: str = typer.Option(
         DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
@@ -267,11 +291,16 @@ def verify_projection_command(
 
     if session_id is not None and all_sessions:
         fail("name one SESSION_ID or pass --all, not both")
+    nats_url = resolve_nats(nats_flag)
     token = session_token(session_id) if session_id is not None else None
 
     async def go() -> tuple[int, list[tuple[str, str]]]:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
+            await require_stream(nc, stream)
+            await require_bucket(nc, bucket)
+            if session_id is not None:
+                await _require_known_session(nc, stream, bucket, session_id)
             with progress_bar("verifying") as update:
                 checked, mismatches = await verify_projection(nc, stream, bucket, token, update)
         finally:
@@ -284,6 +313,23 @@ def verify_projection_command(
     if mismatches:
         fail(f"{len(mismatches)} of {checked} session(s) differ from a replay")
     stderr.print(f"ok: {checked} session(s) equal to a replay of the log", highlight=False)
+
+
+async def _require_known_session(nc: Client, stream: str, bucket: str, session_id: str) -> None:
+    """A named session must have events or a projection; else it is an error, not `ok`."""
+    import nats
+
+    if await rows_from_nats(nc, stream, session_id):
+        return
+    try:
+        await (await nc.jetstream().key_value(bucket)).get(session_token(session_id))
+        return
+    except nats.js.errors.KeyNotFoundError:
+        pass
+    raise ReplayError(
+        f"unknown session {session_id!r}: no events in stream {stream} and no projection "
+        f"in bucket {bucket}"
+    )
 
 
 def register(app: typer.Typer) -> None:

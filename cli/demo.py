@@ -21,84 +21,96 @@ from services.adapters.ids import fresh_context
 DEMO_SESSION = "demo-session"
 DEMO_CHILD = "demo-child"
 
-#: (op, command) pairs: one agent session over three turns, a compaction and a handoff.
-DEMO_SCRIPT: list[tuple[str, dict[str, Any]]] = [
-    (
-        "inject",
-        {
-            "session_id": DEMO_SESSION,
-            "reminder": {
-                "body": "Token budget at 72 %: prefer concise answers.",
-                "dedupe_key": "token_pressure",
-                "ttl_turns": 2,
-                "authority": "corrective",
-                "source": "stdlib_provider",
+
+def demo_script(
+    session: str = DEMO_SESSION, child: str = DEMO_CHILD
+) -> list[tuple[str, dict[str, Any]]]:
+    """(op, command) pairs: one agent session over three turns, a compaction and a handoff.
+
+    `up --demo` drives it under fresh ids on every run (`demo-session-2`, … on a data
+    directory that already holds the earlier runs), so a run never replays into an old one.
+    """
+    return [
+        (
+            "inject",
+            {
+                "session_id": session,
+                "reminder": {
+                    "body": "Token budget at 72 %: prefer concise answers.",
+                    "dedupe_key": "token_pressure",
+                    "ttl_turns": 2,
+                    "authority": "corrective",
+                    "source": "stdlib_provider",
+                },
             },
-        },
-    ),
-    (
-        "inject",
-        {
-            "session_id": DEMO_SESSION,
-            "reminder": {
-                "body": "Work only inside /srv/app; never touch /etc.",
-                "tags": ["workspace"],
-                "preserve_on_compact": True,
-                "propagate": "all",
+        ),
+        (
+            "inject",
+            {
+                "session_id": session,
+                "reminder": {
+                    "body": "Work only inside /srv/app; never touch /etc.",
+                    "tags": ["workspace"],
+                    "preserve_on_compact": True,
+                    "propagate": "all",
+                },
             },
-        },
-    ),
-    (
-        "inject",
-        {
-            "session_id": DEMO_SESSION,
-            "mode": "steer",
-            "reminder": {
-                "body": "The file src/app.py changed on disk since you last read it.",
-                "tags": ["file_watch"],
-                "ttl_turns": 1,
-                "authority": "advisory",
-                "source": "hook",
+        ),
+        (
+            "inject",
+            {
+                "session_id": session,
+                "mode": "steer",
+                "reminder": {
+                    "body": "The file src/app.py changed on disk since you last read it.",
+                    "tags": ["file_watch"],
+                    "ttl_turns": 1,
+                    "authority": "advisory",
+                    "source": "hook",
+                },
             },
-        },
-    ),
-    ("checkpoint", {"session_id": DEMO_SESSION, "seam": "turn_start", "turn": 0}),
-    ("render", {"session_id": DEMO_SESSION, "turn": 0, "user_text": "Fix the failing test."}),
-    ("end_turn", {"session_id": DEMO_SESSION, "turn": 0}),
-    (
-        "inject",
-        {
-            "session_id": DEMO_SESSION,
-            "reminder": {
-                "body": "Token budget at 86 %: summarise before reading more files.",
-                "dedupe_key": "token_pressure",
-                "ttl_turns": 2,
-                "authority": "corrective",
-                "source": "stdlib_provider",
+        ),
+        ("checkpoint", {"session_id": session, "seam": "turn_start", "turn": 0}),
+        ("render", {"session_id": session, "turn": 0, "user_text": "Fix the failing test."}),
+        ("end_turn", {"session_id": session, "turn": 0}),
+        (
+            "inject",
+            {
+                "session_id": session,
+                "reminder": {
+                    "body": "Token budget at 86 %: summarise before reading more files.",
+                    "dedupe_key": "token_pressure",
+                    "ttl_turns": 2,
+                    "authority": "corrective",
+                    "source": "stdlib_provider",
+                },
             },
-        },
-    ),
-    ("render", {"session_id": DEMO_SESSION, "turn": 1}),
-    ("end_turn", {"session_id": DEMO_SESSION, "turn": 1}),
-    ("compact", {"session_id": DEMO_SESSION, "turn": 2}),
-    ("render", {"session_id": DEMO_SESSION, "turn": 2, "format": "system-reminder"}),
-    (
-        "handoff",
-        {"session_id": DEMO_SESSION, "child_session_id": DEMO_CHILD, "sub_agent_id": "test-runner"},
-    ),
-    (
-        "inject",
-        {
-            "session_id": DEMO_SESSION,
-            "mode": "interrupt",
-            "reminder": {
-                "body": "The user asked for a status update: stop and summarise.",
-                "id": "status-1",
-                "source": "hook",
+        ),
+        ("render", {"session_id": session, "turn": 1}),
+        ("end_turn", {"session_id": session, "turn": 1}),
+        ("compact", {"session_id": session, "turn": 2}),
+        ("render", {"session_id": session, "turn": 2, "format": "system-reminder"}),
+        (
+            "handoff",
+            {"session_id": session, "child_session_id": child, "sub_agent_id": "test-runner"},
+        ),
+        (
+            "inject",
+            {
+                "session_id": session,
+                "mode": "interrupt",
+                "reminder": {
+                    "body": "The user asked for a status update: stop and summarise.",
+                    "id": "status-1",
+                    "source": "hook",
+                },
             },
-        },
-    ),
-]
+        ),
+    ]
+
+
+#: The script under its first-run ids (what `reminders demo` and the tests use).
+DEMO_SCRIPT: list[tuple[str, dict[str, Any]]] = demo_script()
 
 
 def run_script(
@@ -161,7 +173,10 @@ def print_log(console: Console, log: list[dict[str, Any]], title: str) -> None:
 def print_projection(
     console: Console, session_id: str, state: dict[str, Any], pending: dict[str, Any]
 ) -> None:
-    """The projected state of a session and its pending injections (SPEC §4.10)."""
+    """The projected state of a session and its pending injections (SPEC §4.10).
+
+    A reminder without a TTL (it lives until cleared, revoked or compacted) shows `∞`.
+    """
     table = Table(
         title=f"projected state of {session_id} (session_seq {state['session_seq']},"
         f" stream_seq {state['stream_seq']}, turn {state['turn']})"
@@ -173,7 +188,7 @@ def print_projection(
         table.add_row(
             spec["id"],
             spec["authority"],
-            str(row["ttl_remaining"]),
+            "∞" if row["ttl_remaining"] is None else str(row["ttl_remaining"]),
             str(row["delivered"]),
             spec["source"],
         )

@@ -12,7 +12,7 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import ConsumerInfo
 
-from services.adapters.connection import NatsUnreachable, connect
+from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
 from services.adapters.jetstream import (
     _contradictions,
     _needs_update,
@@ -23,6 +23,7 @@ from services.adapters.settings import Settings
 
 WORKERS = ("projector", "propagator", "observer")
 LAG_WARNING = 10_000
+PROVISION_HINT = "run `reminders provision` to create it"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ async def _stream_checks(nc: Client, settings: Settings) -> list[Check]:
             info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
             checks.append(
-                Check(f"stream {name}", False, "missing (start any service to create it)")
+                Check(f"stream {name}", False, f"missing: {PROVISION_HINT}")
             )
             continue
         problems = _contradictions(info.config, wanted)
@@ -61,7 +62,7 @@ async def _bucket_check(nc: Client, settings: Settings) -> Check:
     try:
         status = await (await nc.jetstream().key_value(settings.kv_bucket)).status()
     except nats.js.errors.BucketNotFoundError:
-        return Check(f"bucket {settings.kv_bucket}", False, "missing")
+        return Check(f"bucket {settings.kv_bucket}", False, f"missing: {PROVISION_HINT}")
     return Check(f"bucket {settings.kv_bucket}", True, f"{status.values} values")
 
 
@@ -70,7 +71,7 @@ async def _consumer_checks(nc: Client, settings: Settings) -> list[Check]:
     for durable in WORKERS:
         info = await _pulled_consumer_info(nc, settings.stream, durable)
         if info is None:
-            checks.append(Check(f"consumer {durable}", False, "missing: run `reminders provision`"))
+            checks.append(Check(f"consumer {durable}", False, f"missing: {PROVISION_HINT}"))
             continue
         lag, unacked = int(info.num_pending or 0), int(info.num_ack_pending or 0)
         if not info.num_waiting and not unacked:
@@ -103,7 +104,7 @@ async def _dlq_check(nc: Client, settings: Settings) -> Check:
     try:
         info = await nc.jetstream().stream_info(settings.dlq_stream)
     except nats.js.errors.NotFoundError:
-        return Check("dead letters", False, f"{settings.dlq_stream} missing")
+        return Check("dead letters", False, f"{settings.dlq_stream} missing: {PROVISION_HINT}")
     count = int(info.state.messages)
     detail = "none" if count == 0 else f"{count} poison message(s) in {settings.dlq_stream}"
     return Check("dead letters", count == 0, detail)
@@ -112,7 +113,9 @@ async def _dlq_check(nc: Client, settings: Settings) -> Check:
 async def run_checks(settings: Settings) -> list[Check]:
     """Every check, in order; a connection failure is the only row when it happens."""
     try:
-        nc = await connect(settings, "reminders-doctor", startup_timeout_s=5.0)
+        nc = await connect(
+            settings, "reminders-doctor", startup_timeout_s=CLI_CONNECT_TIMEOUT_S, fail_fast=True
+        )
     except NatsUnreachable as exc:
         return [Check("connectivity", False, str(exc))]
     try:

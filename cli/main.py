@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
 from services.adapters.settings import Settings
 
 SERVICE_NAMES = ("gateway", "projector", "propagator", "observer")
@@ -41,12 +42,10 @@ def up(
     exit_after_demo: bool = typer.Option(
         False, "--exit-after-demo", help="Stop everything once the demo has run."
     ),
-    nats_url: str | None = typer.Option(
-        None,
-        "--nats-url",
-        envvar="REMINDERS_NATS_URL",
-        help="Use this NATS server instead of starting the embedded one.",
+    nats_flag: str | None = nats_option(
+        f"Use this NATS server (or {NATS_ENV}) instead of starting the embedded one."
     ),
+    nats_alias: str | None = nats_url_alias(),
     data_dir: Path = typer.Option(
         Path("./data"),
         "--data-dir",
@@ -54,10 +53,11 @@ def up(
         help="Where the embedded server keeps its store and the services their logs.",
     ),
 ) -> None:
-    """Start NATS with JetStream (embedded unless --nats-url), provision the streams and run
+    """Start NATS with JetStream (embedded unless --nats), provision the streams and run
     every service as its own process until Ctrl-C."""
     from cli.up import UpError, bring_up, run_demo_on_bus, wait_for_interrupt
 
+    nats_url = given_nats(nats_flag, nats_alias)
     console = Console()
     settings = Settings.from_env(data_dir=data_dir, nats_url=nats_url)
     try:
@@ -83,12 +83,13 @@ def serve(
     service: str = typer.Argument(
         ..., help="Which service to run: gateway, projector, propagator or observer."
     ),
+    nats_url: str | None = nats_option(),
 ) -> None:
     """Run one service in the foreground (configuration from REMINDERS_* variables)."""
     from services.adapters.logs import configure_logging
 
     configure_logging()
-    settings = Settings.from_env()
+    settings = Settings.from_env(nats_url=nats_url)
     if service not in SERVICE_NAMES:
         _fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICE_NAMES)}")
     from services.runtime import serve as serve_worker
@@ -125,26 +126,26 @@ def schemas(
 
 
 def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False)
+    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
 @app.command()
 def provision(
-    nats_url: str | None = typer.Option(
-        None, "--nats", envvar="REMINDERS_NATS_URL", help="Server to provision."
-    ),
+    nats_url: str | None = nats_option(),
 ) -> None:
     """Create or update every stream, the projection bucket and every worker's durable
     consumer (idempotent; needs JetStream admin rights). Services only check what it made."""
     from cli.provision import provision_all
-    from services.adapters.connection import NatsUnreachable, connect
+    from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
     from services.adapters.jetstream import JetStreamApiError, ProvisionError
 
     settings = Settings.from_env(nats_url=nats_url)
 
     async def run() -> dict[str, str]:
-        nc = await connect(settings, "reminders-provision", startup_timeout_s=5.0)
+        nc = await connect(
+            settings, "reminders-provision", startup_timeout_s=CLI_CONNECT_TIMEOUT_S, fail_fast=True
+        )
         try:
             return await provision_all(nc, settings)
         finally:
@@ -161,17 +162,16 @@ def provision(
 
 @app.command()
 def doctor(
-    nats_url: str | None = typer.Option(
-        None, "--nats-url", "--nats", envvar="REMINDERS_NATS_URL", help="Server to check."
-    ),
+    nats_url: str | None = nats_option(),
+    nats_alias: str | None = nats_url_alias(),
 ) -> None:
     """Check connectivity, stream and bucket configuration, consumer lag per worker and the
     dead-letter stream; exit 1 with a row per failure."""
     from rich.table import Table
 
-    from cli.doctor import run_checks
+    from cli.doctor import PROVISION_HINT, run_checks
 
-    settings = Settings.from_env(nats_url=nats_url)
+    settings = Settings.from_env(nats_url=nats_url or nats_alias)
     checks = asyncio.run(run_checks(settings))
     table = Table(title=f"reminders doctor: {settings.nats_url}")
     for column in ("check", "status", "detail"):
@@ -182,8 +182,12 @@ def doctor(
         )
     Console().print(table)
     failures = [check for check in checks if not check.ok]
+    if failures and failures[0].name == "connectivity":
+        _fail(failures[0].detail)  # "cannot reach NATS at URL: <cause>"
     if failures:
-        _fail(f"{len(failures)} check(s) failed: {', '.join(c.name for c in failures)}")
+        missing = any(PROVISION_HINT in c.detail for c in failures)
+        hint = "; run `reminders provision` to create what is missing" if missing else ""
+        _fail(f"{len(failures)} check(s) failed: {', '.join(c.name for c in failures)}{hint}")
 
 
 @app.command()
@@ -206,13 +210,8 @@ def asyncapi(
 
 @app.command(name="mcp")
 def mcp_server(
-    nats_url: str | None = typer.Option(
-        None,
-        "--nats",
-        "--nats-url",
-        envvar="REMINDERS_NATS_URL",
-        help="NATS server of the ledger (default nats://127.0.0.1:4222).",
-    ),
+    nats_url: str | None = nats_option(),
+    nats_alias: str | None = nats_url_alias(),
 ) -> None:
     """Serve the ledger to MCP hosts on stdio: tools to inject, clear and revoke reminders
     and to read a session's state and pending injections (ledger errors are tool errors)."""
@@ -221,7 +220,7 @@ def mcp_server(
     from services.adapters.logs import configure_logging
 
     configure_logging("WARNING")  # JSON lines on stderr; stdout is the MCP protocol's
-    settings = Settings.from_env(nats_url=nats_url)
+    settings = Settings.from_env(nats_url=nats_url or nats_alias)
     try:
         asyncio.run(serve_stdio(settings))
     except NatsUnreachable as exc:
@@ -237,6 +236,34 @@ def _register_audit_commands() -> None:
 
 
 _register_audit_commands()
+
+
+def _tidy_help(typer_app: typer.Typer) -> None:
+    """Help that reads well at 80 columns.
+
+    The command list shows each command's first docstring paragraph with its source line
+    breaks kept, so a sentence broke mid-way; give each command that paragraph as one line
+    (`short_help`). And show flags as flags: this typer labels every boolean `<bool>`.
+    """
+    import inspect
+
+    from typer.core import TyperOption
+
+    for info in typer_app.registered_commands:
+        if info.short_help is None and info.callback is not None:
+            doc = inspect.cleandoc(info.callback.__doc__ or "")
+            info.short_help = " ".join(doc.split("\n\n")[0].split())
+    if not getattr(TyperOption.display_type_rich, "_flags_bare", False):
+        shown = TyperOption.display_type_rich
+
+        def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+            return None if self.is_flag else shown(self, ctx)
+
+        display_type_rich._flags_bare = True  # type: ignore[attr-defined]
+        TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
+
+
+_tidy_help(app)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from mcp.types import CallToolResult, TextContent
 
 from client.sdk import ReminderClient
 from contracts.errors import ReminderError
-from services.adapters.connection import connect
+from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, connect
 from services.adapters.settings import Settings
 
 INSTRUCTIONS = (
@@ -140,7 +140,9 @@ def build_server(ledger: ReminderClient) -> FastMCP:
 
 async def serve_stdio(settings: Settings) -> None:
     """Connect to NATS (fails fast with `NatsUnreachable`), then serve MCP on stdio."""
-    nc = await connect(settings, "reminders-mcp", startup_timeout_s=2.0)
+    nc = await connect(
+        settings, "reminders-mcp", startup_timeout_s=CLI_CONNECT_TIMEOUT_S, fail_fast=True
+    )
     try:
         ledger = ReminderClient(nc, timeout_s=settings.request_timeout_s)
         await build_server(ledger).run_stdio_async()

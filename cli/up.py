@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nats.aio.client import Client
 from rich.console import Console
 
 from cli.demo import (
     DEMO_CHILD,
-    DEMO_SCRIPT,
     DEMO_SESSION,
+    demo_script,
     print_log,
     print_projection,
     print_step,
@@ -33,7 +34,7 @@ from cli.supervisor import (
 )
 from client.sdk import ReminderClient
 from contracts.decode import decode
-from services.adapters.connection import NatsUnreachable, connect
+from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
 from services.adapters.jetstream import read_session
 from services.adapters.settings import Settings
 
@@ -75,7 +76,9 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
     system = System(settings.nats_url, server)
     try:
         provisioned = asyncio.run(_provision(settings))
-        console.print(f"NATS at {settings.nats_url}; streams: {provisioned}")
+        console.print(f"NATS at {settings.nats_url}; provisioned:", soft_wrap=True)
+        for line in provision_summary(provisioned):
+            console.print(f"  {line}", soft_wrap=True, highlight=False)
         for name in SERVICES:
             log_path = settings.data_dir / "logs" / f"{name}.log"
             system.services.append(spawn_service(name, settings, log_path))
@@ -97,6 +100,14 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
     return system
 
 
+def provision_summary(done: dict[str, str]) -> list[str]:
+    """`created: REMINDERS, …` — one line per outcome, names in provisioning order."""
+    by_outcome: dict[str, list[str]] = {}
+    for name, what in done.items():
+        by_outcome.setdefault(what, []).append(name)
+    return [f"{what}: {', '.join(names)}" for what, names in by_outcome.items()]
+
+
 def _port_free(port: int) -> bool:
     import socket
 
@@ -106,7 +117,9 @@ def _port_free(port: int) -> bool:
 
 async def _provision(settings: Settings) -> dict[str, str]:
     try:
-        nc = await connect(settings, "reminders-up", startup_timeout_s=5.0)
+        nc = await connect(
+            settings, "reminders-up", startup_timeout_s=CLI_CONNECT_TIMEOUT_S, fail_fast=True
+        )
     except NatsUnreachable as exc:
         raise UpError(str(exc)) from exc
     try:
@@ -115,14 +128,32 @@ async def _provision(settings: Settings) -> dict[str, str]:
         await nc.drain()
 
 
+async def fresh_demo_ids(nc: Client, stream: str) -> tuple[str, str]:
+    """The first (session, child) pair with no events yet: `demo-session`/`demo-child` on a
+    new data directory, then `demo-session-2`/`demo-child-2`, … (SPEC §11: every run of
+    `up --demo` drives a new session)."""
+    run = 1
+    while True:
+        suffix = "" if run == 1 else f"-{run}"
+        session, child = f"{DEMO_SESSION}{suffix}", f"{DEMO_CHILD}{suffix}"
+        if not await read_session(nc, stream, session, 0) and not await read_session(
+            nc, stream, child, 0
+        ):
+            return session, child
+        run += 1
+
+
 async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str, Any]]:
-    """Drive the demo script through the gateway and print what the log recorded."""
+    """Drive the demo script through the gateway under fresh session ids and print what the
+    log recorded."""
     nc = await connect(settings, "reminders-demo")
     client = ReminderClient(nc)
     log: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     try:
-        for op, command in DEMO_SCRIPT:
+        session, child = await fresh_demo_ids(nc, settings.stream)
+        console.print(f"[bold]demo session: {session}[/bold] (sub-agent session {child})")
+        for op, command in demo_script(session, child):
             reply = await client.request(op, command)
             session_id = command["session_id"]
             stored = await read_session(nc, settings.stream, session_id, seen.get(session_id, 0))
@@ -133,13 +164,18 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
             if stored:
                 seen[session_id] = stored[-1].stream_seq
             print_step(console, op, command, reply, events)
-            log.extend(event for event in events if event["session_id"] == DEMO_SESSION)
-        print_log(console, log, f"event log of {DEMO_SESSION} in stream {settings.stream}")
-        for session_id in (DEMO_SESSION, DEMO_CHILD):
+            log.extend(event for event in events if event["session_id"] == session)
+        print_log(console, log, f"event log of {session} in stream {settings.stream}")
+        for session_id in (session, child):
             # Queries wait until the projector has applied every event stored so far.
             state = await client.call("state", {"session_id": session_id, "timeout_ms": 10000})
             pending = await client.call("pending_injections", {"session_id": session_id})
             print_projection(console, session_id, state["state"], pending)
+        console.print(
+            f"replay it: [bold]reminders replay {session} --nats {settings.nats_url} "
+            "--format text[/bold]",
+            soft_wrap=True,
+        )
     finally:
         await nc.drain()
     return log

@@ -58,13 +58,17 @@ class ReminderClient:
         await self.close()
 
     async def request(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """Send one command; returns the reply (`ok` true or false) as a dict."""
+        """Send one command; returns the reply (`ok` true or false) as a dict.
+
+        A command larger than the server accepts (`max_payload`, headers included) raises
+        `ReminderError` `too_large` before anything is sent.
+        """
+        data = orjson.dumps(payload)
+        headers = inject_traceparent() or None
+        self._check_size(op, data, headers)
         try:
             reply = await self._nc.request(
-                command_subject(op),
-                orjson.dumps(payload),
-                timeout=self._timeout_s,
-                headers=inject_traceparent() or None,
+                command_subject(op), data, timeout=self._timeout_s, headers=headers
             )
         except (NoRespondersError, NatsTimeoutError) as exc:
             raise ReminderError(
@@ -72,6 +76,24 @@ class ReminderClient:
             ) from exc
         result: dict[str, Any] = orjson.loads(reply.data)
         return result
+
+    def _check_size(self, op: str, data: bytes, headers: dict[str, str] | None) -> None:
+        limit = self._nc.max_payload
+        if not limit:  # not connected yet: the server has not told us its limit
+            return
+        header_bytes = (
+            len(b"NATS/1.0\r\n\r\n")
+            + sum(len(f"{k}: {v}\r\n".encode()) for k, v in headers.items())
+            if headers
+            else 0
+        )
+        size = len(data) + header_bytes
+        if size > limit:
+            raise ReminderError(
+                ErrorCode.TOO_LARGE,
+                f"{op} command is {size} bytes; the NATS server accepts at most {limit}",
+                {"size_bytes": size, "max_payload": limit},
+            )
 
     async def call(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
         """Send one command; raises `ReminderError` when the reply is not ok."""

@@ -4,6 +4,10 @@ It folds with `core.fold`, exactly what the projector uses, so an audit and the 
 projection cannot disagree. Cuts (SPEC §7.2): `until_seq` keeps events with
 `session_seq <= N`; `at_turn` gives the state right after the last event with `turn <= T`;
 `until_time` keeps events up to the last one with `occurred_at <= ISO`.
+
+A cut before the first event gives the empty state of that session (its `session_id` set,
+`session_seq` 0). A `until_seq` past the last event keeps every event and says so in
+`ReplayResult.notes` (the CLI prints the note on stderr).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class ReplayResult:
     events: list[Event]
     rows: list[StoredEvent]
     divergences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def canonical(self) -> str:
@@ -101,9 +106,19 @@ def cut_length(events: Sequence[Event], cut: Cut) -> int:
 def replay(rows: Sequence[StoredEvent], cut: Cut | None = None) -> ReplayResult:
     """Fold a session's rows (in stream order) into its canonical state."""
     events = decode_rows(rows)
-    keep = cut_length(events, cut or Cut())
+    cut = cut or Cut()
+    keep = cut_length(events, cut)
     kept_events, kept_rows = events[:keep], list(rows[:keep])
     state = fold_all(
         SessionState(), [(e, r.stream_seq) for e, r in zip(kept_events, kept_rows, strict=True)]
     )
-    return ReplayResult(state, kept_events, kept_rows)
+    if not kept_events and events:
+        # Before its first event the session exists, empty: name it rather than print "".
+        state = state.model_copy(update={"session_id": events[0].session_id})
+    notes = []
+    if cut.until_seq is not None and events and cut.until_seq > events[-1].session_seq:
+        notes.append(
+            f"--until-seq {cut.until_seq} is past the last event (session_seq "
+            f"{events[-1].session_seq}); showing the whole session"
+        )
+    return ReplayResult(state, kept_events, kept_rows, notes=notes)

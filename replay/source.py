@@ -8,7 +8,6 @@ auditor needs no right to create a consumer. An export row is the event envelope
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from contracts.decode import UnknownSchema, upcast
 from contracts.stored import StoredEvent
 from contracts.subjects import EVENT_SUBJECTS, session_subject_filter
 from replay.errors import ReplayError
+from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect_url
 from services.adapters.jetstream import JetStreamApiError, iterate_direct
 
 EVENT_FILTER = EVENT_SUBJECTS
@@ -66,26 +66,49 @@ def rows_from_file(path: Path, session_id: str | None = None) -> list[StoredEven
 
 
 async def connect_for_replay(url: str, options: dict[str, Any] | None = None) -> Client:
-    """A bounded connection: replay fails fast with one line when NATS is unreachable."""
-
-    async def quiet(exc: Exception) -> None:
-        """nats-py would print a traceback per failed attempt; the caller says it once."""
-
+    """A bounded connection: replay fails fast with one line naming the URL and the cause
+    (refused, DNS, timeout, authorization) when NATS is unreachable."""
     try:
-        return await asyncio.wait_for(
-            nats.connect(
-                url,
-                name="reminders-replay",
-                connect_timeout=3,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                error_cb=quiet,
-                **(options or {}),
-            ),
-            timeout=5,
+        return await connect_url(
+            url,
+            "reminders-replay",
+            options,
+            startup_timeout_s=CLI_CONNECT_TIMEOUT_S,
+            fail_fast=True,
         )
-    except Exception as exc:
-        raise ReplayError(f"cannot reach NATS at {url} ({type(exc).__name__})") from None
+    except NatsUnreachable as exc:
+        raise ReplayError(str(exc)) from None
+
+
+async def require_stream(nc: Client, stream: str, what: str | None = None) -> None:
+    """Fail in one line, naming the command that creates it, when `stream` is not on the
+    server (an unprovisioned or foreign server), or when JetStream is not enabled at all."""
+    name = what or f"stream {stream}"
+    try:
+        await nc.jetstream().stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        raise ReplayError(
+            f"{name} does not exist on {_server(nc)}: run `reminders provision` to create it"
+        ) from None
+    except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+        raise ReplayError(
+            f"JetStream is not enabled on {_server(nc)} (start nats-server with -js), "
+            "then run `reminders provision`"
+        ) from None
+    except nats.errors.TimeoutError:
+        raise ReplayError(f"{_server(nc)} did not answer for {name} in time") from None
+    except nats.js.errors.APIError as exc:
+        raise ReplayError(f"{name} cannot be read: {exc.description or exc}") from None
+
+
+async def require_bucket(nc: Client, bucket: str) -> None:
+    """Like `require_stream`, for the projection bucket (the stream `KV_<bucket>`)."""
+    await require_stream(nc, f"KV_{bucket}", f"projection bucket {bucket}")
+
+
+def _server(nc: Client) -> str:
+    url = nc.connected_url
+    return f"the NATS server at {url.geturl()}" if url is not None else "the NATS server"
 
 
 @dataclass

@@ -1,9 +1,17 @@
-"""Connecting to NATS from settings (one place, so credentials and TLS apply everywhere)."""
+"""Connecting to NATS from settings (one place, so credentials and TLS apply everywhere).
+
+It is also the one place that says why a first connection failed: `NatsUnreachable` names
+the URL and the cause — connection refused, DNS, timeout, authorization, TLS — in one line.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import ssl
+from typing import Any
 
 import nats
 from nats.aio.client import Client
@@ -13,9 +21,106 @@ from services.adapters.settings import Settings
 
 log = logging.getLogger("reminders.nats")
 
+#: How long a command-line tool waits for its first connection (SPEC §11: one line in 2 s).
+CLI_CONNECT_TIMEOUT_S = 1.5
+
 
 class NatsUnreachable(RuntimeError):
-    """The first connection could not be made in time."""
+    """The first connection could not be made; the message names the URL and the cause."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(f"cannot reach NATS at {url}: {cause}")
+        self.url = url
+        self.cause = cause
+
+
+def describe_failure(exc: BaseException | None, timeout_s: float) -> tuple[str, bool]:
+    """(the cause in a few words, whether retrying cannot help) of a failed first connection."""
+    if exc is None or isinstance(exc, TimeoutError | nats.errors.TimeoutError):
+        return f"timed out after {timeout_s:g}s (no NATS server answered)", False
+    if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+        return "authorization failed (check REMINDERS_NATS_USER/_PASSWORD/_TOKEN/_CREDS_FILE)", True
+    if isinstance(exc, socket.gaierror):
+        return f"DNS lookup failed ({exc.strerror or exc})", True
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is nats-server running on that port?)", True
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed ({exc.reason or exc})", True
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or type(exc).__name__}", False
+    if isinstance(exc, nats.errors.NoServersError):
+        return "no server answered", False
+    text = str(exc).strip() or type(exc).__name__
+    return text[:200], False
+
+
+async def connect_url(
+    url: str,
+    name: str,
+    options: dict[str, Any] | None = None,
+    *,
+    startup_timeout_s: float = 10.0,
+    fail_fast: bool = False,
+) -> Client:
+    """A connection that reconnects forever once established.
+
+    The first connection is bounded by `startup_timeout_s`; with `fail_fast` a cause that
+    retrying cannot cure (refused, DNS, authorization, TLS) ends it at once — what a
+    command-line tool wants. Either way a failure is `NatsUnreachable` naming the cause.
+    """
+    errors: list[BaseException] = []
+    hopeless = asyncio.Event()
+    connecting = True
+
+    async def record(exc: Exception) -> None:
+        if not connecting:
+            await _quiet_error(exc)
+            return
+        errors.append(exc)
+        if not fail_fast:
+            await _quiet_error(exc)
+        elif describe_failure(exc, startup_timeout_s)[1]:
+            hopeless.set()
+
+    nc = Client()
+    timing: dict[str, Any] = {"connect_timeout": startup_timeout_s, "reconnect_time_wait": 0.5}
+    attempt = asyncio.ensure_future(
+        nc.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            allow_reconnect=True,
+            error_cb=record,
+            **timing,
+            **(options or {}),
+        )
+    )
+    gave_up = asyncio.ensure_future(hopeless.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {attempt, gave_up}, timeout=startup_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        gave_up.cancel()
+    connecting = False
+    if attempt in done and attempt.exception() is None:
+        return nc
+    if attempt in done:
+        errors.append(attempt.exception())  # type: ignore[arg-type]
+    else:
+        attempt.cancel()
+        try:
+            await attempt
+        except BaseException as exc:  # the cancellation, or an error that came late
+            if not isinstance(exc, asyncio.CancelledError):
+                errors.append(exc)
+    with contextlib.suppress(Exception):  # a half-open client; closing is best effort
+        await nc.close()
+    last = next(
+        (e for e in reversed(errors) if describe_failure(e, startup_timeout_s)[1]),
+        errors[-1] if errors else None,
+    )
+    raise NatsUnreachable(url, describe_failure(last, startup_timeout_s)[0])
 
 
 async def _quiet_error(exc: Exception) -> None:
@@ -26,26 +131,18 @@ async def _quiet_error(exc: Exception) -> None:
     )
 
 
-async def connect(settings: Settings, name: str, startup_timeout_s: float = 10.0) -> Client:
+async def connect(
+    settings: Settings, name: str, startup_timeout_s: float = 10.0, *, fail_fast: bool = False
+) -> Client:
     """A connection named after the service that reconnects forever once established.
 
-    The first connection is bounded by `startup_timeout_s`, so a wrong URL fails fast.
+    The first connection is bounded by `startup_timeout_s`, so a wrong URL fails fast; see
+    `connect_url`. Command-line tools pass `fail_fast=True` and `CLI_CONNECT_TIMEOUT_S`.
     """
-    try:
-        return await asyncio.wait_for(
-            nats.connect(
-                settings.nats_url,
-                name=name,
-                connect_timeout=min(settings.request_timeout_s, startup_timeout_s),
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                allow_reconnect=True,
-                error_cb=_quiet_error,
-                **nats_kwargs(settings),
-            ),
-            timeout=startup_timeout_s,
-        )
-    except (TimeoutError, OSError, nats.errors.Error) as exc:
-        raise NatsUnreachable(
-            f"cannot reach NATS at {settings.nats_url} within {startup_timeout_s:.0f}s"
-        ) from exc
+    return await connect_url(
+        settings.nats_url,
+        name,
+        nats_kwargs(settings),
+        startup_timeout_s=startup_timeout_s,
+        fail_fast=fail_fast,
+    )

@@ -110,12 +110,19 @@ def _contradictions(existing: StreamConfig, wanted: StreamConfig) -> list[str]:
     """Differences that an update cannot or must not fix."""
     problems = []
     if existing.storage != wanted.storage:
-        problems.append(f"storage is {existing.storage}, wanted {wanted.storage}")
+        problems.append(f"storage is {_plain(existing.storage)}, wanted {_plain(wanted.storage)}")
     if set(existing.subjects or []) != set(wanted.subjects or []):
         problems.append(f"subjects are {existing.subjects}, wanted {wanted.subjects}")
     if wanted.retention is not None and existing.retention != wanted.retention:
-        problems.append(f"retention is {existing.retention}, wanted {wanted.retention}")
+        problems.append(
+            f"retention is {_plain(existing.retention)}, wanted {_plain(wanted.retention)}"
+        )
     return problems
+
+
+def _plain(value: object) -> str:
+    """`file`, not `StorageType.FILE`: the word nats-server's own config uses."""
+    return str(getattr(value, "value", value))
 
 
 def _needs_update(existing: StreamConfig, wanted: StreamConfig) -> bool:

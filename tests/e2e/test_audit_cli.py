@@ -195,6 +195,15 @@ async def test_verify_projection_fails_on_a_projection_that_differs(
     assert reminders("verify-projection", "--nats", demo_log.nats_url).returncode == 0
 
 
+def test_verify_projection_of_an_unknown_session_is_an_error(provisioned: Settings) -> None:
+    result = reminders("verify-projection", "no-such-session", "--nats", provisioned.nats_url)
+    assert result.returncode == 1
+    text = result.stderr.decode()
+    assert "unknown session 'no-such-session'" in " ".join(text.split())
+    assert len(text.strip().splitlines()) == 1
+    assert b"ok" not in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -218,6 +227,42 @@ def test_audit_errors_are_one_readable_line(args: tuple[str, ...], message: str)
     assert message in " ".join(text.split())
     assert "Traceback" not in text
     assert len(text.strip().splitlines()) == 1
+
+
+def test_cuts_before_the_first_event_and_past_the_last_are_explicit() -> None:
+    golden = str(GOLDEN_DIR / "basic_turns.events.jsonl")
+    full = reminders("replay", "golden-1", "--from", golden)
+    for cut in (("--until-seq", "0"), ("--until-time", "2000-01-01T00:00:00Z")):
+        before = reminders("replay", "golden-1", "--from", golden, *cut)
+        assert before.returncode == 0, before.stderr
+        state = orjson.loads(before.stdout)
+        assert state["session_id"] == "golden-1"  # the empty state of this session
+        assert state["session_seq"] == 0 and state["pending"] == []
+        assert before.stderr == b""
+    past = reminders("replay", "golden-1", "--from", golden, "--until-seq", "999")
+    assert past.returncode == 0
+    assert past.stdout == full.stdout  # the whole state
+    note = past.stderr.decode().strip().splitlines()
+    assert len(note) == 1 and note[0].startswith("note: --until-seq 999 is past the last event")
+
+
+def test_a_failed_verify_prints_no_state(tmp_path: Path) -> None:
+    lines = GOLDEN_DIR.joinpath("basic_turns.events.jsonl").read_bytes().splitlines()
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_bytes(b"\n".join([lines[0], lines[2], lines[1], *lines[3:]]) + b"\n")
+    for output_format in ("json", "text", "html"):
+        result = reminders(
+            "replay", "golden-1", "--from", str(tampered), "--verify", "--format", output_format
+        )
+        assert result.returncode == 1
+        assert result.stdout == b""
+        assert len(result.stderr.decode().strip().splitlines()) == 1
+        assert b"verify failed at event session_seq" in result.stderr
+    written = tmp_path / "state.json"
+    result = reminders(
+        "replay", "golden-1", "--from", str(tampered), "--verify", "-o", str(written)
+    )
+    assert result.returncode == 1 and not written.exists()
 
 
 def test_an_event_of_an_unknown_schema_version_is_refused(tmp_path: Path) -> None:

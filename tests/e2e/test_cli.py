@@ -49,3 +49,32 @@ def test_the_demo_prints_commands_events_and_envelopes() -> None:
 def test_schemas_check_passes_on_a_clean_checkout() -> None:
     result = reminders("schemas", "--check")
     assert result.returncode == 0, result.stderr
+
+
+def test_help_is_whole_sentences_and_shows_flags_as_flags() -> None:
+    from cli.main import app
+
+    commands = [
+        info.name or info.callback.__name__ for info in app.registered_commands if info.callback
+    ]
+    for info in app.registered_commands:
+        assert info.short_help and "\n" not in info.short_help, info.name
+    env = {**os.environ, "COLUMNS": "80"}
+    for args in [(), *[(name.replace("_", "-"),) for name in commands]]:
+        result = subprocess.run(
+            [sys.executable, "-m", "cli.main", *args, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
+        assert result.returncode == 0, (args, result.stderr)
+        assert "<bool>" not in result.stdout, args
+        assert "--nats-url" not in result.stdout, args
+    root = reminders("--help").stdout
+    flat = " ".join(root.replace("│", " ").split())
+    for info in app.registered_commands:
+        assert info.short_help is not None
+        assert " ".join(info.short_help.split()) in flat, info.short_help

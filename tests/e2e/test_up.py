@@ -49,6 +49,43 @@ def test_up_with_the_demo_drives_a_session_through_the_bus_and_stops_cleanly(
     assert (tmp_path / "nats").is_dir()
 
 
+def test_up_with_the_demo_twice_on_one_data_dir_drives_a_fresh_session_each_time(
+    tmp_path: Path,
+) -> None:
+    def run_demo() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            reminders_argv("up", "--demo", "--exit-after-demo", "--data-dir", str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=ROOT,
+            env={**os.environ, "COLUMNS": "200"},
+            check=False,
+        )
+
+    first, second = run_demo(), run_demo()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "demo session: demo-session (sub-agent session demo-child)" in first.stdout
+    assert "demo session: demo-session-2 (sub-agent session demo-child-2)" in second.stdout
+    out = second.stdout
+    # Its own session, with the same counts as the first run, and nothing of the old one.
+    assert "event log of demo-session-2 in stream REMINDERS (21 events)" in out
+    assert "projected state of demo-session-2 (session_seq 21" in out
+    assert "pending injections of demo-session-2 (1)" in out
+    assert "projected state of demo-child-2" in out
+    assert "reminders replay demo-session-2" in out
+    for leftover in ("stale_turn", "HARN-RMD-001", "already live", "demo-session ", "demo-child "):
+        assert leftover not in out, leftover
+    assert '"ok":false' not in out.replace(" ", "")
+    assert "Traceback" not in second.stderr
+    # Provisioning is listed readably, not as a dict; a reminder without TTL shows ∞.
+    assert "provisioned:" in first.stdout and "created: REMINDERS" in first.stdout
+    assert "unchanged: REMINDERS" in out
+    assert "{'" not in first.stdout + out
+    assert "∞" in out
+
+
 def test_up_stops_every_process_on_ctrl_c(tmp_path: Path) -> None:
     process = subprocess.Popen(
         reminders_argv("up", "--data-dir", str(tmp_path)),
@@ -154,3 +191,45 @@ def test_up_restarts_a_crashed_worker_and_rides_out_a_nats_restart(tmp_path: Pat
     assert process.returncode == 0, output
     assert "exited with" not in rest, output  # nothing crashed after the projector's kill
     assert "Traceback" not in output
+
+
+def test_an_idle_system_logs_no_error_and_services_import_no_faststream(tmp_path: Path) -> None:
+    """The services once logged FastStream error lines on an idle system. They no longer use
+    FastStream at all; an idle `up` must log no error (8 s here, REMINDERS_IDLE_SECONDS to
+    watch longer, e.g. 50)."""
+    import ast
+
+    for path in (ROOT / "services").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not any(name.split(".")[0] == "faststream" for name in names), path
+
+    idle_s = float(os.environ.get("REMINDERS_IDLE_SECONDS", "8"))
+    process = subprocess.Popen(
+        reminders_argv("up", "--data-dir", str(tmp_path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    try:
+        read_until(process, "press Ctrl-C", lines, 60)
+        time.sleep(idle_s)
+        assert process.poll() is None, "".join(lines)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    logs = sorted((tmp_path / "logs").glob("*.log"))
+    assert {log.stem for log in logs} >= {"gateway", "projector", "propagator", "observer"}
+    for log in logs:
+        errors = [line for line in log.read_text().splitlines() if '"level":"error"' in line]
+        assert errors == [], (log.name, errors[:3])

@@ -65,6 +65,10 @@ async def test_a_contradicting_stream_refuses_with_a_clear_message(
         ProvisionError, match="REMINDERS exists with a contradicting config: storage"
     ):
         await provision(nc.jetstream(), settings)
+    with pytest.raises(ProvisionError) as caught:
+        await provision(nc.jetstream(), settings)
+    assert "storage is memory, wanted file" in str(caught.value)
+    assert "StorageType" not in str(caught.value)
 
 
 async def test_the_gateway_refuses_to_start_against_a_contradicting_stream(

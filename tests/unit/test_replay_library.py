@@ -173,3 +173,19 @@ def test_verify_accepts_every_log_the_core_decides(script: Script) -> None:
     assert canonical_json(replay(rows).state.model_dump(mode="json")) == canonical_json(
         driver.state.model_dump(mode="json")
     ).replace('"stream_seq":0', f'"stream_seq":{len(rows)}', 1)
+
+
+def test_a_cut_before_the_first_event_names_the_session_and_one_past_the_end_says_so() -> None:
+    from replay.engine import Cut, replay
+    from replay.source import rows_from_file
+    from tests.golden.regen import GOLDEN_DIR
+
+    rows = rows_from_file(GOLDEN_DIR / "basic_turns.events.jsonl", "golden-1")
+    empty = replay(rows, Cut(until_seq=0))
+    assert empty.state.session_id == "golden-1" and empty.state.session_seq == 0
+    assert empty.events == [] and empty.notes == []
+    assert replay(rows, Cut(until_time="2000-01-01T00:00:00Z")).state.session_id == "golden-1"
+    past = replay(rows, Cut(until_seq=10_000))
+    assert past.canonical == replay(rows).canonical
+    assert past.notes and "past the last event" in past.notes[0]
+    assert replay(rows, Cut(until_seq=len(rows))).notes == []
