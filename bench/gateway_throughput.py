@@ -18,12 +18,13 @@ from pathlib import Path
 import nats
 
 from bench.common import embedded_server, emit, rate
+from cli.provision import provision_all
 from cli.supervisor import spawn_service, stop_all, wait_ready
 from client.sdk import ReminderClient
 from contracts.events import Event
 from contracts.state import SessionState
 from core import handle
-from services.adapters.jetstream import SessionAppend, encode_event, provision, publish_atomic
+from services.adapters.jetstream import SessionAppend, encode_event, publish_atomic
 from services.adapters.settings import Settings
 from tests.support import context_for
 
@@ -94,7 +95,7 @@ def main() -> None:
 
         async def prepare() -> None:
             nc = await nats.connect(server.url)
-            await provision(nc.jetstream(), settings)
+            await provision_all(nc, settings)
             await nc.close()
 
         asyncio.run(prepare())

@@ -23,13 +23,14 @@ import nats
 from nats.js.api import DeliverPolicy
 
 from bench.common import embedded_server, emit, max_rss_mib, rate
+from cli.provision import provision_all
 from cli.supervisor import spawn_service, stop_all, wait_ready
 from contracts.state import SessionState
 from core import fold_all, handle
 from replay.engine import replay
 from replay.rebuild import read_all_sessions
 from replay.source import rows_from_nats
-from services.adapters.jetstream import SessionAppend, consumer_info, provision, publish_atomic
+from services.adapters.jetstream import SessionAppend, consumer_info, publish_atomic
 from services.adapters.settings import Settings
 from tests.support import context_for
 
@@ -65,7 +66,7 @@ def session_appends(sessions: int, turns: int) -> list[SessionAppend]:
 
 async def fill(url: str, appends: list[SessionAppend]) -> int:
     nc = await nats.connect(url)
-    await provision(nc.jetstream(), Settings(nats_url=url))
+    await provision_all(nc, Settings(nats_url=url))
     total, group, size = 0, [], 0
     for append in appends:
         if size + len(append.events) > 1000 and group:

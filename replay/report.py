@@ -56,7 +56,7 @@ def describe(event: ev.Event) -> str:
     if isinstance(p, ev.Expired):
         return (
             f"{p.reminder_id} expired: {p.reason} at {p.expired_at_boundary} of turn "
-            f"{p.expired_at_turn} (ttl before {p.ttl_turns_before})"
+            f"{p.expired_at_turn} (ttl before {_ttl(p.ttl_turns_before)})"
         )
     if isinstance(p, ev.Dropped):
         return f"{p.reminder_id} dropped: {p.reason} ({p.code})"
@@ -218,3 +218,8 @@ def html_report(session_id: str, result: ReplayResult) -> str:
         )
     parts.append("</table></section></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _ttl(turns: int | None) -> str:
+    """A TTL as the trail shows it: `∞` for a reminder that lives until cleared."""
+    return "∞" if turns is None else str(turns)
