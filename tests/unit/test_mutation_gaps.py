@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contracts.events import Compacted, Expired, Fired, HandedOff, Inherited, Injected
+from contracts.spec import ReminderSpec
 from contracts.state import SessionState
 from core import CommandContext, CoreConfig, fold_all, handle, sha256_hex
 from core.canonical import (
@@ -22,7 +23,7 @@ from core.canonical import (
     session_subject_filter,
     session_token,
 )
-from core.render import context_directives_text
+from core.render import context_directives_text, fired_at, speaker_for
 from tests.support import Driver
 
 
@@ -425,3 +426,91 @@ def test_links_accepts_the_next_envelope_and_rejects_a_changed_one() -> None:
     assert not links("other", envelope)
     assert not links("", {**envelope, "session_seq": 2})
     assert not links("", body)
+
+
+# --- rejections carry a stable code, a message naming the field, and details (§2.2) ---------
+
+
+def rejection(driver: Driver, op: str, **fields: Any) -> dict[str, Any]:
+    """The error body of a rejected command (which appends nothing)."""
+    driver.error(op, **fields)
+    decision = driver.run(op, **fields)
+    error: dict[str, Any] = decision.reply["error"]
+    return error
+
+
+def test_an_inherited_source_on_inject_is_rejected_naming_the_field() -> None:
+    error = rejection(Driver(), "inject", reminder={"body": "b", "source": "inherited"})
+    assert error["code"] == "HARN-RMD-001"
+    assert error["details"] == {"field": "source"}
+    assert "source" in error["message"]
+
+
+def test_a_live_or_queued_id_on_inject_is_rejected_naming_the_field() -> None:
+    driver = Driver()
+    driver.inject("queued", id="q", mode="steer")
+    driver.inject("live", id="l")
+    for taken in ("q", "l"):
+        error = rejection(driver, "inject", reminder={"body": "again", "id": taken})
+        assert (error["code"], error["details"]) == ("HARN-RMD-001", {"field": "id"})
+        assert "id" in error["message"]
+
+
+def test_too_many_names_the_bound_and_how_many_the_session_holds() -> None:
+    driver = Driver(config=CoreConfig(max_live=2))
+    driver.inject("one")
+    driver.inject("two", mode="steer")
+    error = rejection(driver, "inject", reminder={"body": "three"})
+    assert (error["code"], error["details"]) == ("too_many", {"limit": 2})
+    assert "2 live or queued" in error["message"]
+
+
+def test_a_stale_turn_names_the_turn_and_the_highest_turn_seen() -> None:
+    driver = Driver()
+    driver.ok("end_turn", turn=5)
+    for op in ("render", "checkpoint"):
+        fields: dict[str, Any] = {"turn": 4}
+        if op == "checkpoint":
+            fields["seam"] = "iteration_start"
+        error = rejection(driver, op, **fields)
+        assert (error["code"], error["details"]) == ("stale_turn", {"turn": 4, "highest_turn": 5})
+        assert "4" in error["message"] and "5" in error["message"]
+    assert driver.ok("render", turn=5)["envelope"] is None
+
+
+def test_revoking_a_delivered_or_unknown_reminder_names_it() -> None:
+    driver = Driver()
+    drained = driver.inject("drained", id="d", mode="steer")
+    driver.ok("checkpoint", seam="iteration_start", turn=0)
+    error = rejection(driver, "revoke", reminder_id=drained)
+    assert (error["code"], error["details"]) == ("already_delivered", {"reminder_id": "d"})
+    error = rejection(driver, "revoke", reminder_id="never")
+    assert (error["code"], error["details"]) == ("unknown_reminder_id", {"reminder_id": "never"})
+
+
+def test_a_handoff_to_itself_names_the_child_session_field() -> None:
+    error = rejection(Driver("s"), "handoff", child_session_id="s")
+    assert (error["code"], error["details"]) == ("invalid_request", {"field": "child_session_id"})
+    assert "child_session_id" in error["message"]
+
+
+def test_a_command_the_core_does_not_decide_is_an_invalid_request_naming_the_op() -> None:
+    context = CommandContext(
+        command_id="c", occurred_at="2026-11-29T00:00:00.000Z", new_reminder_id="r"
+    )
+    decision = handle(SessionState(), "state", {"session_id": "s"}, context)
+    assert decision.events == ()
+    assert decision.reply["error"]["code"] == "invalid_request"
+    assert decision.reply["error"]["message"].startswith("state ")
+
+
+# --- render helpers called on their own (§5) -----------------------------------------------
+
+
+def test_a_spec_the_core_has_not_resolved_renders_from_turn_zero() -> None:
+    assert fired_at(ReminderSpec(body="unresolved")) == 0
+    assert fired_at(ReminderSpec(body="later", fired_at_turn=3)) == 3
+
+
+def test_no_directives_means_the_harness_speaks() -> None:
+    assert speaker_for([]) == "harness"
