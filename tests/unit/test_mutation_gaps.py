@@ -13,7 +13,7 @@ from typing import Any
 from contracts.events import Compacted, Expired, Fired, HandedOff, Inherited, Injected
 from contracts.spec import ReminderSpec
 from contracts.state import DegradedMark, SessionState
-from core import CommandContext, CoreConfig, fold_all, handle, sha256_hex
+from core import CommandContext, CoreConfig, fold, fold_all, handle, sha256_hex
 from core.canonical import (
     chain_link,
     derived_uuid7,
@@ -523,3 +523,22 @@ def test_folding_and_deciding_keep_a_sessions_degraded_mark() -> None:
     driver.state = driver.state.model_copy(update={"degraded": mark})
     driver.inject("after it")
     assert driver.state.degraded == mark
+
+
+def test_fold_reissues_only_the_reminders_a_compacted_event_lists_as_preserved() -> None:
+    driver = Driver()
+    kept = driver.inject("kept", preserve_on_compact=True)
+    other = driver.inject("other", preserve_on_compact=True)
+    driver.ok("render", turn=0)
+    before = driver.state
+    compacted = driver.run("compact", turn=0).events[-1]
+    assert isinstance(compacted.payload, Compacted)
+    assert compacted.payload.preserved_ids == [kept, other]
+    # Fold applies what the event records, not the rule: a row it does not list stays as is.
+    narrower = compacted.model_copy(
+        update={"payload": compacted.payload.model_copy(update={"preserved_ids": [kept]})}
+    )
+    after = fold(before, narrower)
+    rows = {row.spec.id: row for row in after.pending}
+    assert (rows[kept].delivered, rows[kept].delivered_at_turn) == (False, None)
+    assert (rows[other].delivered, rows[other].delivered_at_turn) == (True, 0)
