@@ -542,3 +542,16 @@ def test_fold_reissues_only_the_reminders_a_compacted_event_lists_as_preserved()
     rows = {row.spec.id: row for row in after.pending}
     assert (rows[kept].delivered, rows[kept].delivered_at_turn) == (False, None)
     assert (rows[other].delivered, rows[other].delivered_at_turn) == (True, 0)
+
+
+def test_a_full_session_takes_a_dedupe_replacement_but_not_a_reminder_with_a_new_key() -> None:
+    driver = Driver(config=CoreConfig(max_live=2))
+    driver.inject("budget", id="old", dedupe_key="budget")
+    driver.inject("queued", id="q", mode="steer")
+    error = rejection(driver, "inject", reminder={"body": "x", "dedupe_key": "other"})
+    assert error["code"] == "too_many"
+    reply = driver.ok(
+        "inject", reminder={"body": "new budget", "id": "new", "dedupe_key": "budget"}
+    )
+    assert reply["deduped_count"] == 1
+    assert driver.pending_ids() == ["new"]
