@@ -10,9 +10,12 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from contracts.events import Compacted, Expired, Fired, HandedOff, Inherited, Injected
-from contracts.spec import ReminderSpec
-from contracts.state import DegradedMark, SessionState
+from contracts.spec import ReminderSpec, ResolvedSpec
+from contracts.state import DegradedMark, PendingRow, SessionState
 from core import CommandContext, CoreConfig, fold, fold_all, handle, sha256_hex
 from core.canonical import (
     chain_link,
@@ -23,7 +26,8 @@ from core.canonical import (
     session_subject_filter,
     session_token,
 )
-from core.render import context_directives_text, fired_at, speaker_for
+from core.render import context_directives_text, speaker_for
+from core.rules import fired_by
 from tests.support import Driver
 
 
@@ -507,9 +511,16 @@ def test_a_command_the_core_does_not_decide_is_an_invalid_request_naming_the_op(
 # --- render helpers called on their own (§5) -----------------------------------------------
 
 
-def test_a_spec_the_core_has_not_resolved_renders_from_turn_zero() -> None:
-    assert fired_at(ReminderSpec(body="unresolved")) == 0
-    assert fired_at(ReminderSpec(body="later", fired_at_turn=3)) == 3
+def test_a_reminder_renders_from_its_fired_at_turn_on_and_not_before() -> None:
+    # The core resolves every stored spec (ResolvedSpec: id and fired_at_turn required), so
+    # the former `fired_at(spec) or 0` fallback is gone; what is left to pin is the bound.
+    spec = ResolvedSpec.resolve(ReminderSpec(body="later"), id="r", fired_at_turn=3)
+    row = PendingRow(
+        spec=spec, ttl_remaining=None, delivered=False, delivered_at_turn=None, audit_only=False
+    )
+    assert [fired_by(row, turn) for turn in (2, 3, 4)] == [False, True, True]
+    with pytest.raises(ValidationError):
+        ResolvedSpec.model_validate({"body": "unresolved", "id": "r"})
 
 
 def test_no_directives_means_the_harness_speaks() -> None:
