@@ -26,15 +26,23 @@ async def _quiet_error(exc: Exception) -> None:
     )
 
 
+def server_urls(nats_url: str) -> list[str]:
+    """The servers of `REMINDERS_NATS_URL`: one URL, or a cluster's as a comma-separated list
+    (`nats://a:4222,nats://b:4222`), so a client fails over when the node it uses dies."""
+    urls = [url.strip() for url in nats_url.split(",") if url.strip()]
+    return urls or [nats_url]
+
+
 async def connect(settings: Settings, name: str, startup_timeout_s: float = 10.0) -> Client:
     """A connection named after the service that reconnects forever once established.
 
     The first connection is bounded by `startup_timeout_s`, so a wrong URL fails fast.
+    `settings.nats_url` may list several servers separated by commas (a cluster).
     """
     try:
         return await asyncio.wait_for(
             nats.connect(
-                settings.nats_url,
+                server_urls(settings.nats_url),
                 name=name,
                 connect_timeout=min(settings.request_timeout_s, startup_timeout_s),
                 max_reconnect_attempts=-1,
