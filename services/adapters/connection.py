@@ -86,7 +86,7 @@ async def connect_url(
     timing: dict[str, Any] = {"connect_timeout": startup_timeout_s, "reconnect_time_wait": 0.5}
     attempt = asyncio.ensure_future(
         nc.connect(
-            url,
+            server_urls(url),
             name=name,
             max_reconnect_attempts=-1,
             allow_reconnect=True,
@@ -129,6 +129,13 @@ async def _quiet_error(exc: Exception) -> None:
     log.warning(
         "nats connection trouble", extra={"error": type(exc).__name__, "detail": str(exc)[:200]}
     )
+
+
+def server_urls(nats_url: str) -> list[str]:
+    """The servers of `REMINDERS_NATS_URL`: one URL, or a cluster's as a comma-separated list
+    (`nats://a:4222,nats://b:4222`), so a client fails over when the node it uses dies."""
+    urls = [url.strip() for url in nats_url.split(",") if url.strip()]
+    return urls or [nats_url]
 
 
 async def connect(

@@ -3,7 +3,9 @@
 Commands that arrive while a commit is in flight wait and then go together, up to the
 batch bound. The caller guarantees one in-flight command per session. When the server
 rejects a group, each command is retried alone, so one session's conflict never fails
-another session's command.
+another session's command; when the stream itself is away (a leader election, no
+responders) the whole group fails as unavailable, which the command path retries within
+each command's deadline — only a wrong expected sequence is a conflict.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from nats.errors import Error as NatsError
 
 from services.adapters.ids import new_uuid7
 from services.adapters.jetstream import (
-    ERR_DUPLICATE_MSG_ID,
-    ERR_WRONG_LAST_SEQUENCE,
+    AppendFailure,
     JetStreamApiError,
     SessionAppend,
+    append_failure,
     publish_atomic,
 )
 
@@ -34,8 +36,13 @@ class CommitUncertain(Exception):
     """The batch may or may not be stored (lost PubAck, duplicate id): re-read to know."""
 
 
+class CommitUnavailable(Exception):
+    """The stream could not take the batch just now (no leader, no responders, 5xx);
+    nothing was stored, and a later attempt may succeed."""
+
+
 class CommitFailed(Exception):
-    """The server refused the batch for another reason; nothing was stored."""
+    """The server refused the batch for a reason a retry will not change; nothing stored."""
 
 
 @dataclass
@@ -44,12 +51,16 @@ class _Waiting:
     done: asyncio.Future[list[int]]
 
 
-def _classify(exc: JetStreamApiError) -> Exception:
-    if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
-        return CommitConflict(str(exc))
-    if exc.err_code == ERR_DUPLICATE_MSG_ID:
-        return CommitUncertain(str(exc))
-    return CommitFailed(str(exc))
+_FAILURES: dict[AppendFailure, type[Exception]] = {
+    AppendFailure.CONFLICT: CommitConflict,
+    AppendFailure.UNAVAILABLE: CommitUnavailable,
+    AppendFailure.UNCERTAIN: CommitUncertain,
+    AppendFailure.REFUSED: CommitFailed,
+}
+
+
+def _classify(exc: BaseException) -> Exception:
+    return _FAILURES[append_failure(exc)](f"{type(exc).__name__}: {exc}")
 
 
 class GroupCommitter:
@@ -112,16 +123,21 @@ class GroupCommitter:
             last_seq = await publish_atomic(
                 self._nc, [waiting.append for waiting in group], new_uuid7(), self._timeout_s
             )
-        except JetStreamApiError as exc:
-            if len(group) > 1:
+        except (JetStreamApiError, TimeoutError, NatsError) as exc:
+            failure = append_failure(exc)
+            if (
+                len(group) > 1
+                and isinstance(exc, JetStreamApiError)
+                and failure is not AppendFailure.UNAVAILABLE
+            ):
+                # One session's expectation (or one command's ids or content) sank the whole
+                # group: find it by committing each command alone.
                 for waiting in group:
                     await self._commit([waiting])
                 return
-            _fail(group[0], _classify(exc))
-            return
-        except (TimeoutError, NatsError) as exc:
+            # No answer or no stream: the same for every command of the group.
             for waiting in group:
-                _fail(waiting, CommitUncertain(f"{type(exc).__name__}: {exc}"))
+                _fail(waiting, _classify(exc))
             return
         if self._on_batch is not None:
             self._on_batch(len(group))

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 
 from contracts.commands import (
     DECIDED_COMMANDS,
@@ -37,12 +38,13 @@ from contracts.state import SessionState
 from core import decide, fold_all
 from core.decide import with_inline
 from services.adapters.ids import fresh_context
-from services.adapters.jetstream import SessionAppend, read_session
+from services.adapters.jetstream import JetStreamApiError, SessionAppend, read_session
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.committer import (
     CommitConflict,
     CommitFailed,
+    CommitUnavailable,
     CommitUncertain,
     GroupCommitter,
 )
@@ -54,6 +56,8 @@ log = logging.getLogger("reminders.gateway")
 
 DECIDED_OPS = frozenset(command.op for command in DECIDED_COMMANDS)
 QUERY_OPS = frozenset({StateQuery.op, PendingInjectionsQuery.op, Forget.op})
+#: What an `unavailable` answer tells the caller to wait before retrying.
+RETRY_AFTER_MS = 1000
 
 
 def error_reply(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]:
@@ -204,7 +208,11 @@ class CommandService:
             reply = await self._handle(op, data)
         except Exception:  # the reply must go out whatever broke; the error is logged
             log.exception("command failed", extra={"op": op})
-            reply = error_reply(ErrorCode.UNAVAILABLE, "the gateway could not complete the command")
+            reply = error_reply(
+                ErrorCode.UNAVAILABLE,
+                "the gateway could not complete the command",
+                retry_after_ms=RETRY_AFTER_MS,
+            )
         outcome = "ok" if reply.get("ok") else str(reply["error"]["code"])
         if self._metrics is not None:
             known = op in DECIDED_OPS or op in QUERY_OPS or op == "rpc"
@@ -271,10 +279,39 @@ class CommandService:
         await self._reader.watch.stop()
 
     async def _decide_and_commit(self, command: Command, warnings: list[Any]) -> dict[str, Any]:
+        """Decide against the session and append, until stored or the deadline passes.
+
+        Three failures, three answers. A wrong expected sequence (the session moved on) is a
+        conflict: re-read and decide again, at most `conflict_retries` times. The stream being
+        away — a leader election, no responders, "JetStream not available", a log read that
+        timed out — says nothing about the session: retry with backoff until the command's
+        deadline (`request_timeout_s`), then answer `unavailable` with `retry_after_ms`. A
+        commit whose outcome is unknown (lost PubAck, timeout) may land even later, so from
+        then on every re-read first looks for this command's id after the state it was
+        decided on, and answers from the log if it is there.
+        """
         context = fresh_context()
         session_id = command.session_id
-        for attempt in range(self._settings.conflict_retries + 1):
-            entry = self._cache.get(session_id) or await self._load(session_id)
+        deadline = time.monotonic() + self._settings.request_timeout_s
+        conflicts = 0
+        waits = 0
+        unsure_after: int | None = None  # this command may be stored after this stream seq
+        while True:
+            try:
+                if unsure_after is None:
+                    entry = self._cache.get(session_id) or await self._load(session_id)
+                else:
+                    entry, events = await self._read(session_id)
+                    stored = _stored_reply(command, context.command_id, events, unsure_after)
+                    if stored is not None:
+                        return stored
+            except (TimeoutError, NatsError, JetStreamApiError) as exc:
+                pause = _backoff(waits, deadline)
+                if pause is None:
+                    return self._unavailable(command, exc, unsure_after is not None)
+                waits += 1
+                await asyncio.sleep(pause)
+                continue
             decision = decide(entry.state, command, context, self._settings.core, warnings)
             if not decision.events:
                 return decision.reply
@@ -287,15 +324,37 @@ class CommandService:
                 if self._metrics is not None:
                     self._metrics.conflicts.add(1)
                 self._cache.drop(session_id)
-                await asyncio.sleep(random.uniform(0, 0.005 * 2**attempt))
+                conflicts += 1
+                if conflicts > self._settings.conflict_retries:
+                    return error_reply(
+                        ErrorCode.CONFLICT,
+                        "the session kept changing; optimistic concurrency gave up",
+                        retries=self._settings.conflict_retries,
+                    )
+                await asyncio.sleep(random.uniform(0, 0.005 * 2 ** (conflicts - 1)))
                 continue
-            except CommitUncertain:
+            except CommitUncertain as exc:
                 self._cache.drop(session_id)
-                stored = await self._reply_if_stored(
-                    command, decision.events[0].command_id, entry.last_stream_seq
+                first = unsure_after is None
+                unsure_after = (
+                    entry.last_stream_seq
+                    if unsure_after is None
+                    else min(unsure_after, entry.last_stream_seq)
                 )
-                if stored is not None:
-                    return stored
+                if first:
+                    continue  # a lost PubAck: look in the log at once
+                pause = _backoff(waits, deadline)
+                if pause is None:
+                    return self._unavailable(command, exc, maybe_stored=True)
+                waits += 1
+                await asyncio.sleep(pause)
+                continue
+            except CommitUnavailable as exc:
+                pause = _backoff(waits, deadline)
+                if pause is None:
+                    return self._unavailable(command, exc, unsure_after is not None)
+                waits += 1
+                await asyncio.sleep(pause)
                 continue
             except CommitFailed as exc:
                 log.error("batch refused", extra={"op": command.op, "error": str(exc)})
@@ -305,10 +364,24 @@ class CommandService:
                 for event in decision.events:
                     self._metrics.events.add(1, {"kind": event.kind})
             return decision.reply
+
+    def _unavailable(
+        self, command: Command, exc: BaseException, maybe_stored: bool
+    ) -> dict[str, Any]:
+        """Past the deadline with the stream still away: tell the caller when to retry."""
+        log.warning(
+            "log unavailable past the command deadline",
+            extra={"op": command.op, "error": f"{type(exc).__name__}: {str(exc)[:200]}"},
+        )
+        details: dict[str, Any] = {"retry_after_ms": RETRY_AFTER_MS}
+        if maybe_stored:
+            details["maybe_applied"] = True
         return error_reply(
-            ErrorCode.CONFLICT,
-            "the session kept changing; optimistic concurrency gave up",
-            retries=self._settings.conflict_retries,
+            ErrorCode.UNAVAILABLE,
+            "the event log is not available right now (e.g. a leader election); retry "
+            "after retry_after_ms"
+            + (" with the same request_id: it may yet be applied" if maybe_stored else ""),
+            **details,
         )
 
     def _remember(
@@ -333,18 +406,27 @@ class CommandService:
         self._cache.put(session_id, entry)
         return entry, events
 
-    async def _reply_if_stored(
-        self, command: Command, command_id: str, read_through: int
-    ) -> dict[str, Any] | None:
-        """After an uncertain commit: the reply, if this command's events did land.
 
-        Other writers may have appended after them, so look at everything stored since the
-        state the command was decided on, not only at the last event.
-        """
-        _, events = await self._read(command.session_id)
-        for event, stream_seq in reversed(events):
-            if stream_seq <= read_through:
-                break
-            if event.command_id == command_id and event.reply is not None:
-                return with_inline(command, event.reply)
+def _stored_reply(
+    command: Command, command_id: str, events: list[tuple[Event, int]], read_through: int
+) -> dict[str, Any] | None:
+    """After an uncertain commit: the reply, if this command's events did land.
+
+    Other writers may have appended after them, so look at everything stored since the
+    state the command was decided on, not only at the last event.
+    """
+    for event, stream_seq in reversed(events):
+        if stream_seq <= read_through:
+            break
+        if event.command_id == command_id and event.reply is not None:
+            return with_inline(command, event.reply)
+    return None
+
+
+def _backoff(waits: int, deadline: float) -> float | None:
+    """How long to wait before the next attempt (jittered, doubling from 25 ms to 500 ms),
+    or None when that would pass the command's deadline."""
+    pause: float = min(0.025 * 2.0**waits, 0.5) * random.uniform(0.5, 1.0)
+    if time.monotonic() + pause >= deadline:
         return None
+    return pause
