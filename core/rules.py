@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contracts.commands import ClearSelector
 from contracts.spec import DeliveryMode, ResolvedSpec
 from contracts.state import DeliveredDigest, DeliveredEnvelope, PendingRow, QueuedRow
+from core.size import spec_bytes
 
 #: Which queued modes each seam drains (SPEC §4.4).
 SEAM_DRAINS: dict[str, frozenset[DeliveryMode]] = {
@@ -50,6 +52,14 @@ def dedupe_victims(
     if dedupe_key is None or newcomer_audit_only:
         return []
     return [row for row in pending if not row.audit_only and row.spec.dedupe_key == dedupe_key]
+
+
+def session_bytes(pending: Sequence[PendingRow], queued: Sequence[QueuedRow]) -> int:
+    """Stored bytes of the session's live and queued reminders, the quantity the session
+    budget bounds (SPEC §4.1.1; each spec counted as `core.size.spec_bytes`)."""
+    return sum(spec_bytes(row.spec) for row in pending) + sum(
+        spec_bytes(row.reminder) for row in queued
+    )
 
 
 def drained(queued: Sequence[QueuedRow], seam: str) -> list[QueuedRow]:
@@ -171,16 +181,28 @@ def propagates(row: PendingRow) -> bool:
     return row.spec.propagate == "session" and row.spec.source != "inherited"
 
 
+def _copied_spec(spec: ResolvedSpec, update: dict[str, Any]) -> ResolvedSpec:
+    """`spec` with `update`, validated by the model that reads the event back (§4.1.1): a
+    value copied from a command (an agent id) must satisfy the spec's own rules."""
+    if all(getattr(spec, key) == value for key, value in update.items()):
+        return spec
+    return ResolvedSpec.model_validate({**spec.model_dump(), **update})
+
+
 def handed_off_spec(row: PendingRow, child_turn: int, parent_agent_id: str) -> ResolvedSpec:
     """The spec exactly as the child is to receive it: its remaining TTL, fired at the
-    child's current turn, `source: inherited`, the first emitter kept."""
-    return row.spec.model_copy(
-        update={
+    child's current turn, `source: inherited`, the first emitter kept.
+
+    Raises `pydantic.ValidationError` when `parent_agent_id` would be copied in and is not
+    a valid `originating_agent_id`."""
+    return _copied_spec(
+        row.spec,
+        {
             "ttl_turns": row.ttl_remaining,
             "fired_at_turn": child_turn,
             "source": "inherited",
             "originating_agent_id": row.spec.originating_agent_id or parent_agent_id,
-        }
+        },
     )
 
 
@@ -193,10 +215,61 @@ def handed_off_specs(
 
 def inherited_spec(spec: ResolvedSpec, parent_agent_id: str) -> ResolvedSpec:
     """A handed-off spec as the child injects it: `source: inherited`, the first emitter
-    kept, else the parent's agent."""
-    return spec.model_copy(
-        update={
+    kept, else the parent's agent (validated like `handed_off_spec`)."""
+    return _copied_spec(
+        spec,
+        {
             "source": "inherited",
             "originating_agent_id": spec.originating_agent_id or parent_agent_id,
-        }
+        },
     )
+
+
+# --- remembered replies (§4.1, §4.1.1) ---------------------------------------------------
+
+#: A key only one op's ok reply carries, so a remembered reply names its op.
+_REPLY_KEYS: tuple[tuple[str, str], ...] = (
+    ("deduped_count", "inject"),
+    ("queued", "inject"),
+    ("removed_count", "clear"),
+    ("drained", "checkpoint"),
+    ("status", "revoke"),
+    ("envelope", "render"),
+    ("compacted_count", "compact"),
+    ("expired_count", "end_turn"),
+    ("propagated_ids", "handoff"),
+    ("inherited_ids", "inherit"),
+    ("evaluated_count", "evaluate"),
+)
+
+
+def reply_op(reply: dict[str, Any]) -> str | None:
+    """The op whose reply this is, from the keys only that op's reply carries."""
+    return next((op for key, op in _REPLY_KEYS if key in reply), None)
+
+
+def remembered_reply(reply: dict[str, Any]) -> dict[str, Any]:
+    """A reply as the state remembers it: a render's envelope without its text, which its
+    `delivered` row holds (§4.1.1: not stored twice)."""
+    envelope = reply.get("envelope")
+    if not isinstance(envelope, dict) or "text" not in envelope:
+        return reply
+    return {**reply, "envelope": {k: v for k, v in envelope.items() if k != "text"}}
+
+
+def rebuilt_reply(
+    reply: dict[str, Any], delivered: Sequence[DeliveredEnvelope | DeliveredDigest]
+) -> dict[str, Any] | None:
+    """A remembered reply as it was sent: a render's envelope text taken back from its
+    `delivered` row; None when that row is no longer held in full (digested or compacted)."""
+    envelope = reply.get("envelope")
+    if not isinstance(envelope, dict) or "text" in envelope:
+        return reply
+    for row in reversed(delivered):
+        if (
+            isinstance(row, DeliveredEnvelope)
+            and row.turn_number == envelope.get("turn_number")
+            and row.directive_ids == envelope.get("directive_ids")
+        ):
+            return {**reply, "envelope": {"text": row.text, **envelope}}
+    return None

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import groupby
 
+from pydantic import ValidationError
+
 from contracts import events as ev
 from contracts.state import PendingRow, SessionState
 from core import fold_all, rules
@@ -168,7 +170,10 @@ def _check_event(
 def _check_handed_off(before: SessionState, event: ev.Event, payload: ev.HandedOff) -> str | None:
     # The child's turn is recorded only inside the specs (every one carries the same).
     child_turn = payload.reminders[0].fired_at_turn if payload.reminders else 0
-    expected = rules.handed_off_specs(before.pending, child_turn, event.agent_id)
+    try:
+        expected = rules.handed_off_specs(before.pending, child_turn, event.agent_id)
+    except ValidationError:
+        return "handoff copied an agent id the spec model refuses as originating_agent_id"
     if payload.propagated_ids != [spec.id for spec in expected]:
         return "handoff propagated other reminders than the rules allow"
     if payload.reminders != expected:
