@@ -42,6 +42,7 @@ from core import rules
 from core.canonical import chain_link, derived_uuid7, sha256_hex
 from core.config import CommandContext, CoreConfig
 from core.fold import Scratch, apply_event
+from core.redact import redact
 from core.size import json_bytes, spec_bytes
 
 
@@ -167,7 +168,7 @@ def _resolve(spec: ReminderSpec, batch: Batch) -> ResolvedSpec:
     )
 
 
-def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
+def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool, redactions: int = 0) -> int:
     """`deduped`? then `injected` for one reminder; returns how many it replaced."""
     replaced = [
         row.spec.id
@@ -183,6 +184,7 @@ def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
                 replacing_id=reminder_id,
                 replaced_id=replaced[0],
                 replaced_ids=replaced,
+                dropped_reminder_ids=replaced,
                 dedupe_key=spec.dedupe_key,
                 dropped_count=len(replaced),
                 boundary="inject",
@@ -201,6 +203,7 @@ def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
             originating_agent_id=spec.originating_agent_id,
             audit_only=audit_only,
             reminder=spec,
+            redactions=redactions,
         )
     )
     return len(replaced)
@@ -208,6 +211,11 @@ def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
 
 def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
     spec = _resolve(command.reminder, batch)
+    redactions = 0
+    if config.redact:
+        body, redactions = redact(spec.body)
+        if redactions:
+            spec = spec.model_copy(update={"body": body})
     reminder_id = spec.id
     if spec.source == "inherited":
         raise _reject(
@@ -235,9 +243,11 @@ def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
     _check_budget(batch, spec, config, replacing=command.mode is None)
     if command.mode is not None:
         position = batch.scratch.counters.get("queued", 0) + 1
-        batch.emit(ev.Queued(reminder=spec, mode=command.mode, position=position))
+        batch.emit(
+            ev.Queued(reminder=spec, mode=command.mode, position=position, redactions=redactions)
+        )
         return QueuedReply(session_seq=0, reminder_id=reminder_id, position=position)
-    deduped = _make_live(batch, spec, audit_only=False)
+    deduped = _make_live(batch, spec, audit_only=False, redactions=redactions)
     return InjectedReply(session_seq=0, reminder_id=reminder_id, deduped_count=deduped)
 
 
@@ -473,6 +483,21 @@ def _compact(batch: Batch, command: cmd.Compact, config: CoreConfig) -> Reply:
                 ttl_turns_before=plan.ttl_before(row),
                 expired_at_turn=command.turn,
                 expired_at_boundary="pre_compact",
+            )
+        )
+    for group in plan.deduped:
+        survivor, dropped = group.survivor.spec, group.dropped_ids
+        assert survivor.dedupe_key is not None
+        batch.emit(
+            ev.Deduped(
+                reminder_id=survivor.id,
+                replacing_id=survivor.id,
+                replaced_id=dropped[0],
+                replaced_ids=dropped,
+                dropped_reminder_ids=dropped,
+                dedupe_key=survivor.dedupe_key,
+                dropped_count=len(dropped),
+                boundary="compact",
             )
         )
     cleared = rules.directives_cleared(batch.scratch.delivered)

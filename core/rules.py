@@ -126,12 +126,26 @@ def ttl_pass(pending: Sequence[PendingRow], turn: int) -> TtlPass:
 
 
 @dataclass(frozen=True)
+class CompactDedupe:
+    """Step 2b for one key: the newest preserved survivor stays, the older ones go."""
+
+    survivor: PendingRow
+    dropped: tuple[PendingRow, ...]
+
+    @property
+    def dropped_ids(self) -> list[str]:
+        """Ids of the older survivors removed, in injection order."""
+        return [row.spec.id for row in self.dropped]
+
+
+@dataclass(frozen=True)
 class Compaction:
-    """What a compaction does to the live reminders (SPEC §4.8 steps 1 and 2)."""
+    """What a compaction does to the live reminders (SPEC §4.8 steps 1, 2 and 2b)."""
 
     ttl: TtlPass
     preserved: tuple[PendingRow, ...]
     compacted: tuple[PendingRow, ...]
+    deduped: tuple[CompactDedupe, ...] = ()
 
     @property
     def preserved_ids(self) -> list[str]:
@@ -156,11 +170,32 @@ def compaction(pending: Sequence[PendingRow], turn: int, last_ended_turn: int | 
     ttl = ttl_pass(pending, turn) if ttl_pass_due(last_ended_turn, turn) else TtlPass()
     gone = set(ttl.expired_ids)
     survivors = [row for row in pending if row.spec.id not in gone]
+    preserved = [row for row in survivors if row.spec.preserve_on_compact]
+    deduped = compact_dedupe(preserved)
+    dropped = {row.spec.id for group in deduped for row in group.dropped}
     return Compaction(
         ttl=ttl,
-        preserved=tuple(row for row in survivors if row.spec.preserve_on_compact),
+        preserved=tuple(row for row in preserved if row.spec.id not in dropped),
         compacted=tuple(row for row in survivors if not row.spec.preserve_on_compact),
+        deduped=deduped,
     )
+
+
+def compact_dedupe(preserved: Sequence[PendingRow]) -> tuple[CompactDedupe, ...]:
+    """Step 2b: among the preserved survivors only the newest of each `dedupe_key` stays
+    (`audit_only` ones, exempt from inject-time dedupe, included), one group per key in the
+    order of its survivor."""
+    by_key: dict[str, list[PendingRow]] = {}
+    for row in preserved:
+        if row.spec.dedupe_key is not None:
+            by_key.setdefault(row.spec.dedupe_key, []).append(row)
+    groups = [
+        CompactDedupe(survivor=rows[-1], dropped=tuple(rows[:-1]))
+        for rows in by_key.values()
+        if len(rows) > 1
+    ]
+    order = {row.spec.id: index for index, row in enumerate(preserved)}
+    return tuple(sorted(groups, key=lambda group: order[group.survivor.spec.id]))
 
 
 def directives_cleared(delivered: Sequence[DeliveredEnvelope | DeliveredDigest]) -> int:
