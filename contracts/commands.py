@@ -62,8 +62,9 @@ SEAM_ALIASES: dict[str, Seam] = {
     "loop_exit": "loop_exit",
 }
 
-#: Bound on `user_text` of a render (it is never stored, but it is copied into the reply).
-MAX_USER_TEXT_BYTES = 1024 * 1024
+#: Default bound on `user_text` of a render in UTF-8 bytes (SPEC §4.1.1): it is never
+#: stored, but it is copied into the reply (configurable through the core config).
+MAX_USER_TEXT_BYTES = 64 * 1024
 
 
 class Command(BaseModel):
@@ -279,7 +280,11 @@ def _prepare_inherit(body: dict[str, Any], max_body_bytes: int) -> dict[str, Any
 
 
 def parse_command(
-    op: str, raw: object, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    op: str,
+    raw: object,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_user_text_bytes: int = MAX_USER_TEXT_BYTES,
 ) -> tuple[Command, list[WarningBody]]:
     """Validate a raw JSON value as the command `op`, or raise the coded error of §2.2.
 
@@ -303,8 +308,16 @@ def parse_command(
         if seam is None:
             raise _reject(f"unknown seam: {body['seam'][:64]!r}", "seam")
         body["seam"] = seam
-    if isinstance(body.get("user_text"), str) and len(body["user_text"]) > MAX_USER_TEXT_BYTES:
-        raise ReminderError(ErrorCode.TOO_LARGE, "user_text is too large", {"field": "user_text"})
+    user_text = body.get("user_text")
+    if isinstance(user_text, str) and len(user_text) > max_user_text_bytes // 4:
+        # Cheap first: a text of at most max // 4 characters fits whatever its characters.
+        size = len(user_text.encode("utf-8", "surrogatepass"))
+        if size > max_user_text_bytes:
+            raise ReminderError(
+                ErrorCode.TOO_LARGE,
+                f"user_text is {size} bytes; the bound is {max_user_text_bytes}",
+                {"field": "user_text", "limit": max_user_text_bytes},
+            )
     try:
         command = cls.model_validate(body)
     except ValidationError as exc:

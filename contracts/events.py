@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from contracts.spec import Authority, DeliveryMode, Propagate, ResolvedSpec, RoleHint, Source
 
@@ -38,7 +45,23 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Queued(Payload):
+class Redacting(Payload):
+    """A payload that ingests a body: `redactions` (SPEC §10), left out when 0 so a log
+    written without redaction is byte for byte what it was before the field existed."""
+
+    redactions: int = Field(
+        default=0, ge=0, description="Secrets replaced by [REDACTED:<kind>] at ingest."
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_no_redactions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("redactions") == 0:
+            del data["redactions"]
+        return data
+
+
+class Queued(Redacting):
     """A reminder was queued for a seam."""
 
     reminder: ResolvedSpec = Field(description="The full spec, id and fired_at_turn set.")
@@ -46,7 +69,7 @@ class Queued(Payload):
     position: int = Field(description="1-based FIFO position, never reused in the session.")
 
 
-class Injected(Payload):
+class Injected(Redacting):
     """A reminder became live (pending) in the session."""
 
     reminder_id: str = Field(description="The reminder's id.")
@@ -65,13 +88,18 @@ class Injected(Payload):
 class Deduped(Payload):
     """Live reminders with the newcomer's dedupe key were removed."""
 
-    reminder_id: str = Field(description="The newcomer.")
-    replacing_id: str = Field(description="The newcomer again (reference runtime's name).")
+    reminder_id: str = Field(description="The newcomer, or the survivor at compaction.")
+    replacing_id: str = Field(description="The same id again (reference runtime's name).")
     replaced_id: str = Field(description="The first reminder removed.")
     replaced_ids: list[str] = Field(description="Every reminder removed, in injection order.")
+    dropped_reminder_ids: list[str] = Field(
+        description="The same list as `replaced_ids`, under the reference runtime's name."
+    )
     dedupe_key: str = Field(description="The shared key.")
     dropped_count: int = Field(description="How many were removed.")
-    boundary: Literal["inject"] = Field(description="Always `inject` (SPEC §4.8).")
+    boundary: Literal["inject", "compact"] = Field(
+        description="`inject`, or `compact` for the dedupe of preserved survivors (§4.8 2b)."
+    )
 
 
 class Revoked(Payload):

@@ -204,6 +204,10 @@ def parse_reminder(
             field_codes={"propagate": ErrorCode.INVALID_PROPAGATE},
             default=ErrorCode.INVALID_OPTION,
         ) from None
+    # Stored trimmed, a repeated tag kept once, first occurrence first (SPEC §2.1).
+    tags = list(dict.fromkeys(spec.tags))
+    if spec.body != spec.body.strip() or tags != spec.tags:
+        spec = spec.model_copy(update={"body": spec.body.strip(), "tags": tags})
     if spec.body_bytes() > max_body_bytes:
         raise ReminderError(
             ErrorCode.TOO_LARGE,

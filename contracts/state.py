@@ -17,8 +17,16 @@ from contracts.spec import DeliveryMode, ResolvedSpec
 
 #: Envelopes kept in full in `delivered`; older ones keep only their digest (§6.2).
 FULL_ENVELOPES_KEPT = 64
+#: Stored bytes of envelope text kept in full (§4.1.1): the newest envelopes within it (the
+#: newest always), older ones as digests. A constant of the state, not a setting: the fold
+#: reads no configuration, so a replay anywhere gives the same bytes.
+FULL_ENVELOPE_TEXT_BYTES = 256 * 1024
 #: Request ids whose replies the state remembers (§4.1).
 RECENT_REPLIES_KEPT = 256
+#: Stored bytes the remembered replies (request id and reply) may take (§4.1.1): the newest
+#: within it are kept. A render's reply is kept without its envelope text, which is rebuilt
+#: from its `delivered` row (not stored twice).
+RECENT_REPLIES_BYTES = 128 * 1024
 
 
 class StateModel(BaseModel):

@@ -29,7 +29,25 @@ class CoreConfig(BaseModel):
 
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1, description="§2.1 bound.")
     max_live: int = Field(default=256, ge=1, description="Live plus queued per session (§4.1).")
-    max_envelope_bytes: int = Field(default=256 * 1024, ge=1, description="Envelope cap (§4.6).")
+    max_session_bytes: int = Field(
+        default=256 * 1024,
+        ge=1,
+        description="Live plus queued reminder bytes per session, each reminder counted as "
+        "stored (§4.1.1; `too_large`).",
+    )
+    max_user_text_bytes: int = Field(
+        default=64 * 1024, ge=0, description="`user_text` of a render, UTF-8 bytes (§4.1.1)."
+    )
+    max_envelope_bytes: int = Field(
+        default=128 * 1024, ge=1, description="Envelope cap, stored bytes (§4.6, §4.1.1)."
+    )
+    max_payload_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="Largest event, reply or state the rules may produce: the server's "
+        "`max_payload` (checked at start-up, §4.1.1).",
+    )
+    redact: bool = Field(default=False, description="Redact secrets in bodies at ingest (§10).")
     instructions: str = Field(default=DEFAULT_INSTRUCTIONS, description="§5.1 paragraph.")
     nonce_enabled: bool = Field(default=False, description="Put a session nonce in the tag.")
     default_format: Literal["context-directives", "system-reminder"] = Field(

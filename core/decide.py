@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from contracts import commands as cmd
 from contracts import events as ev
 from contracts.errors import ErrorCode, ReminderError, WarningBody
@@ -40,6 +42,8 @@ from core import rules
 from core.canonical import chain_link, derived_uuid7, sha256_hex
 from core.config import CommandContext, CoreConfig
 from core.fold import Scratch, apply_event
+from core.redact import redact
+from core.size import json_bytes, spec_bytes
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,24 @@ class Batch:
         self.drafts.append(draft)
         apply_event(self.scratch, draft)
 
-    def finish(self, reply: Reply) -> tuple[tuple[ev.Event, ...], dict[str, Any]]:
-        """Final events (reply on the last, chain linked) and the reply's wire form."""
+    def finish(
+        self, reply: Reply, config: CoreConfig
+    ) -> tuple[tuple[ev.Event, ...], dict[str, Any]]:
+        """Final events (reply on the last, chain linked) and the reply's wire form.
+
+        Raises `too_large` when an event, the reply or the state after the command would
+        not fit in `max_payload_bytes` (SPEC §4.1.1): nothing is emitted then."""
         last_seq = self.state.session_seq + len(self.drafts)
         wire = reply.model_copy(update={"session_seq": last_seq}).to_wire()
+        limit = config.max_payload_bytes
+        _fits("reply", json_bytes(wire), limit)
+        if self.drafts:
+            # The state as the projector will store it, stream_seq at its longest.
+            state_bytes = len(self.scratch.freeze().model_dump_json().encode()) + _STATE_SLACK
+            if self.command.request_id is not None:  # the reply the state will remember
+                remembered = rules.remembered_reply(wire)
+                state_bytes += json_bytes({"request_id": self.command.request_id, **remembered})
+            _fits("state", state_bytes, limit)
         previous = self.state.chain_head
         final: list[ev.Event] = []
         for index, draft in enumerate(self.drafts):
@@ -106,6 +124,7 @@ class Batch:
             body = draft.model_dump(mode="json", by_alias=True, exclude={"chain"})
             if is_last:
                 body["reply"] = wire
+            _fits(f"{draft.kind} event", json_bytes(body) + _CHAIN_BYTES, limit)
             previous = chain_link(previous, body)
             # The draft's parts were validated when built; only reply and chain are new.
             update = {"chain": previous, "reply": wire if is_last else None}
@@ -113,8 +132,25 @@ class Batch:
         return tuple(final), wire
 
 
+#: `,"chain":"<64 hex>"` added to an event body after it is measured.
+_CHAIN_BYTES = 76
+#: Room for the projector's `stream_seq` (up to 16 digits) and the KV record's framing.
+_STATE_SLACK = 64
+
+
 def _reject(code: ErrorCode, message: str, **details: Any) -> ReminderError:
     return ReminderError(code, message, details)
+
+
+def _fits(what: str, size: int, limit: int) -> None:
+    """The last line of the size invariant (SPEC §4.1.1): never emit what cannot be stored."""
+    if size > limit:
+        raise _reject(
+            ErrorCode.TOO_LARGE,
+            f"the {what} would be {size} bytes; the server's max_payload is {limit}",
+            limit=limit,
+            size=size,
+        )
 
 
 def _live_ids(scratch: Scratch) -> set[str]:
@@ -132,7 +168,7 @@ def _resolve(spec: ReminderSpec, batch: Batch) -> ResolvedSpec:
     )
 
 
-def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
+def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool, redactions: int = 0) -> int:
     """`deduped`? then `injected` for one reminder; returns how many it replaced."""
     replaced = [
         row.spec.id
@@ -148,6 +184,7 @@ def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
                 replacing_id=reminder_id,
                 replaced_id=replaced[0],
                 replaced_ids=replaced,
+                dropped_reminder_ids=replaced,
                 dedupe_key=spec.dedupe_key,
                 dropped_count=len(replaced),
                 boundary="inject",
@@ -166,6 +203,7 @@ def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
             originating_agent_id=spec.originating_agent_id,
             audit_only=audit_only,
             reminder=spec,
+            redactions=redactions,
         )
     )
     return len(replaced)
@@ -173,6 +211,11 @@ def _make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool) -> int:
 
 def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
     spec = _resolve(command.reminder, batch)
+    redactions = 0
+    if config.redact:
+        body, redactions = redact(spec.body)
+        if redactions:
+            spec = spec.model_copy(update={"body": body})
     reminder_id = spec.id
     if spec.source == "inherited":
         raise _reject(
@@ -197,12 +240,39 @@ def _inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
             f"the session holds {live} live or queued reminders; the bound is {config.max_live}",
             limit=config.max_live,
         )
+    _check_budget(batch, spec, config, replacing=command.mode is None)
     if command.mode is not None:
         position = batch.scratch.counters.get("queued", 0) + 1
-        batch.emit(ev.Queued(reminder=spec, mode=command.mode, position=position))
+        batch.emit(
+            ev.Queued(reminder=spec, mode=command.mode, position=position, redactions=redactions)
+        )
         return QueuedReply(session_seq=0, reminder_id=reminder_id, position=position)
-    deduped = _make_live(batch, spec, audit_only=False)
+    deduped = _make_live(batch, spec, audit_only=False, redactions=redactions)
     return InjectedReply(session_seq=0, reminder_id=reminder_id, deduped_count=deduped)
+
+
+def _budget_used(batch: Batch, spec: ResolvedSpec, *, replacing: bool) -> int:
+    """Stored bytes the session's reminders take before `spec` comes in, without those it
+    replaces by dedupe."""
+    used = rules.session_bytes(batch.scratch.pending, batch.scratch.queued)
+    if replacing:
+        victims = rules.dedupe_victims(batch.scratch.pending, spec.dedupe_key)
+        used -= sum(spec_bytes(row.spec) for row in victims)
+    return used
+
+
+def _check_budget(batch: Batch, spec: ResolvedSpec, config: CoreConfig, *, replacing: bool) -> None:
+    """Live plus queued reminder bytes stay within the session budget (SPEC §4.1.1)."""
+    used = _budget_used(batch, spec, replacing=replacing)
+    size = spec_bytes(spec)
+    if used + size > config.max_session_bytes:
+        raise _reject(
+            ErrorCode.TOO_LARGE,
+            f"the reminder takes {size} bytes and the session's reminders already take "
+            f"{used}; the budget is {config.max_session_bytes}",
+            budget_bytes=config.max_session_bytes,
+            used_bytes=used,
+        )
 
 
 def _clear(batch: Batch, command: cmd.Clear, config: CoreConfig) -> Reply:
@@ -279,6 +349,15 @@ def _fitting_prefix(
 
 def _render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
     _check_turn(batch.state, command.turn)
+    if command.user_text is not None:
+        size = len(command.user_text.encode("utf-8"))
+        if size > config.max_user_text_bytes:
+            raise _reject(
+                ErrorCode.TOO_LARGE,
+                f"user_text is {size} bytes; the bound is {config.max_user_text_bytes}",
+                field="user_text",
+                limit=config.max_user_text_bytes,
+            )
     fmt = command.format or config.default_format
     candidates = rn.render_candidates(batch.scratch.pending, command.turn)
     nonce: str | None = None
@@ -406,6 +485,21 @@ def _compact(batch: Batch, command: cmd.Compact, config: CoreConfig) -> Reply:
                 expired_at_boundary="pre_compact",
             )
         )
+    for group in plan.deduped:
+        survivor, dropped = group.survivor.spec, group.dropped_ids
+        assert survivor.dedupe_key is not None
+        batch.emit(
+            ev.Deduped(
+                reminder_id=survivor.id,
+                replacing_id=survivor.id,
+                replaced_id=dropped[0],
+                replaced_ids=dropped,
+                dropped_reminder_ids=dropped,
+                dedupe_key=survivor.dedupe_key,
+                dropped_count=len(dropped),
+                boundary="compact",
+            )
+        )
     cleared = rules.directives_cleared(batch.scratch.delivered)
     batch.emit(
         ev.Compacted(
@@ -432,7 +526,16 @@ def _handoff(batch: Batch, command: cmd.Handoff, config: CoreConfig) -> Reply:
             field="child_session_id",
         )
     parent_agent = command.agent_id or command.session_id
-    specs = rules.handed_off_specs(batch.scratch.pending, command.child_turn, parent_agent)
+    try:
+        specs = rules.handed_off_specs(batch.scratch.pending, command.child_turn, parent_agent)
+    except ValidationError:
+        field = "agent_id" if command.agent_id else "session_id"
+        raise _reject(
+            ErrorCode.INVALID_REQUEST,
+            f"invalid {field}: it would be copied as originating_agent_id, which must not "
+            "contain control characters nor start or end with whitespace",
+            field=field,
+        ) from None
     ids = [spec.id for spec in specs]
     batch.emit(
         ev.HandedOff(
@@ -461,7 +564,20 @@ def _inherit(batch: Batch, command: cmd.Inherit, config: CoreConfig) -> Reply:
             continue
         # A handed-off spec carries its fired_at_turn; one that left it out fires at the
         # child's current turn, the §2.1 default (an event never records a null turn).
-        child_spec = rules.inherited_spec(_resolve(spec, batch), command.parent_agent_id)
+        try:
+            child_spec = rules.inherited_spec(_resolve(spec, batch), command.parent_agent_id)
+        except ValidationError:
+            raise _reject(
+                ErrorCode.INVALID_REQUEST,
+                "invalid parent_agent_id: it would be copied as originating_agent_id, which "
+                "must not contain control characters nor start or end with whitespace",
+                field="parent_agent_id",
+            ) from None
+        used = _budget_used(batch, child_spec, replacing=True)
+        if used + spec_bytes(child_spec) > config.max_session_bytes:
+            # No room in the session's byte budget (§4.1.1): skipped like a full session.
+            skipped.append(reminder_id)
+            continue
         _make_live(batch, child_spec, audit_only=False)
         batch.emit(
             ev.Inherited(
@@ -503,6 +619,32 @@ def with_inline(command: cmd.Command, reply: dict[str, Any]) -> dict[str, Any]:
     return {**reply, "inline": InlinePlacement(text=text, range=span).model_dump()}
 
 
+def _remembered(state: SessionState, command: cmd.Command, reply: dict[str, Any]) -> Decision:
+    """The first reply to a repeated `request_id` (SPEC §4.1): only for the same op, and a
+    render's envelope text taken back from its `delivered` row."""
+    op = rules.reply_op(reply)
+    if op is not None and op != command.op:
+        return _error(
+            _reject(
+                ErrorCode.INVALID_REQUEST,
+                f"request_id was already used by a {op} command in this session",
+                field="request_id",
+                op=op,
+            )
+        )
+    rebuilt = rules.rebuilt_reply(reply, state.delivered)
+    if rebuilt is None:
+        return _error(
+            _reject(
+                ErrorCode.INVALID_REQUEST,
+                "request_id was already used, and the envelope of its reply is no longer "
+                "held in full (digested or compacted): use a new request_id",
+                field="request_id",
+            )
+        )
+    return Decision(events=(), reply=with_inline(command, dict(rebuilt)))
+
+
 def _error(exc: ReminderError) -> Decision:
     return Decision(events=(), reply=ErrorReply(error=exc.to_body()).to_wire())
 
@@ -519,7 +661,7 @@ def decide(
     if command.request_id is not None:
         for remembered in state.recent_replies:
             if remembered.request_id == command.request_id:
-                return Decision(events=(), reply=with_inline(command, dict(remembered.reply)))
+                return _remembered(state, command, remembered.reply)
     decider = DECIDERS.get(type(command))
     if decider is None:
         return _error(
@@ -543,8 +685,13 @@ def decide(
         return _error(exc)
     if warnings:
         reply = reply.model_copy(update={"warnings": list(warnings)})
-    events, wire = batch.finish(reply)
-    return Decision(events=events, reply=with_inline(command, wire))
+    try:
+        events, wire = batch.finish(reply, config)
+        answer = with_inline(command, wire)
+        _fits("reply", json_bytes(answer), config.max_payload_bytes)
+    except ReminderError as exc:
+        return _error(exc)
+    return Decision(events=events, reply=answer)
 
 
 def handle(
@@ -557,7 +704,12 @@ def handle(
     """Parse a raw JSON value as command `op` and decide it; any bad input is a coded reply."""
     config = config or CoreConfig()
     try:
-        command, warnings = cmd.parse_command(op, raw, max_body_bytes=config.max_body_bytes)
+        command, warnings = cmd.parse_command(
+            op,
+            raw,
+            max_body_bytes=config.max_body_bytes,
+            max_user_text_bytes=config.max_user_text_bytes,
+        )
     except ReminderError as exc:
         return _error(exc)
     if command.session_id != state.session_id and state.session_seq > 0:

@@ -12,7 +12,9 @@ from typing import Any, get_origin
 
 from contracts import events as ev
 from contracts.state import (
+    FULL_ENVELOPE_TEXT_BYTES,
     FULL_ENVELOPES_KEPT,
+    RECENT_REPLIES_BYTES,
     RECENT_REPLIES_KEPT,
     DegradedMark,
     DeliveredDigest,
@@ -23,7 +25,8 @@ from contracts.state import (
     SessionState,
 )
 from core.canonical import sha256_hex
-from core.rules import ttl_pass_due
+from core.rules import remembered_reply, ttl_pass_due
+from core.size import json_bytes, stored_bytes
 
 #: `SessionState`'s fields in order; `Scratch` has exactly these (checked at import).
 STATE_FIELDS: tuple[str, ...] = tuple(SessionState.model_fields)
@@ -165,8 +168,18 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
             nonce=p.nonce,
         )
     )
+    # The newest envelopes are kept in full within FULL_ENVELOPE_TEXT_BYTES of stored text
+    # (the newest always) and at most FULL_ENVELOPES_KEPT of them (§6.2, §4.1.1).
     full = [i for i, row in enumerate(s.delivered) if isinstance(row, DeliveredEnvelope)]
-    for index in full[: max(0, len(full) - FULL_ENVELOPES_KEPT)]:
+    kept, text_bytes = 0, 0
+    for index in reversed(full):
+        row = s.delivered[index]
+        assert isinstance(row, DeliveredEnvelope)
+        text_bytes += stored_bytes(row.text)
+        if kept and (kept >= FULL_ENVELOPES_KEPT or text_bytes > FULL_ENVELOPE_TEXT_BYTES):
+            break
+        kept += 1
+    for index in full[: len(full) - kept]:
         old = s.delivered[index]
         assert isinstance(old, DeliveredEnvelope)
         s.delivered[index] = DeliveredDigest(
@@ -253,8 +266,37 @@ def apply_event(scratch: Scratch, event: ev.Event, stream_seq: int | None = None
     if stream_seq is not None:
         scratch.stream_seq = stream_seq
     if event.request_id is not None and event.reply is not None:
-        scratch.recent_replies.append(RecentReply(request_id=event.request_id, reply=event.reply))
-        del scratch.recent_replies[:-RECENT_REPLIES_KEPT]
+        row = RecentReply(request_id=event.request_id, reply=remembered_reply(event.reply))
+        scratch.recent_replies.append(row)
+        _evict_replies(scratch.recent_replies)
+
+
+#: Stored size of each remembered reply row, by identity (rows are frozen and shared between
+#: states); the row is held so its id is not reused while cached.
+_ROW_BYTES: dict[int, tuple[RecentReply, int]] = {}
+
+
+def _row_bytes(row: RecentReply) -> int:
+    cached = _ROW_BYTES.get(id(row))
+    if cached is not None and cached[0] is row:
+        return cached[1]
+    if len(_ROW_BYTES) >= 65_536:
+        _ROW_BYTES.clear()
+    size = json_bytes({"request_id": row.request_id, "reply": row.reply})
+    _ROW_BYTES[id(row)] = (row, size)
+    return size
+
+
+def _evict_replies(rows: list[RecentReply]) -> None:
+    """Keep the newest RECENT_REPLIES_KEPT rows within RECENT_REPLIES_BYTES (§4.1.1)."""
+    del rows[:-RECENT_REPLIES_KEPT]
+    total, keep = 0, 0
+    for row in reversed(rows):
+        total += _row_bytes(row)
+        if total > RECENT_REPLIES_BYTES:
+            break
+        keep += 1
+    del rows[: len(rows) - keep]
 
 
 def fold(state: SessionState, event: ev.Event, stream_seq: int | None = None) -> SessionState:

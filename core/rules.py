@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contracts.commands import ClearSelector
 from contracts.spec import DeliveryMode, ResolvedSpec
 from contracts.state import DeliveredDigest, DeliveredEnvelope, PendingRow, QueuedRow
+from core.size import spec_bytes
 
 #: Which queued modes each seam drains (SPEC §4.4).
 SEAM_DRAINS: dict[str, frozenset[DeliveryMode]] = {
@@ -50,6 +52,14 @@ def dedupe_victims(
     if dedupe_key is None or newcomer_audit_only:
         return []
     return [row for row in pending if not row.audit_only and row.spec.dedupe_key == dedupe_key]
+
+
+def session_bytes(pending: Sequence[PendingRow], queued: Sequence[QueuedRow]) -> int:
+    """Stored bytes of the session's live and queued reminders, the quantity the session
+    budget bounds (SPEC §4.1.1; each spec counted as `core.size.spec_bytes`)."""
+    return sum(spec_bytes(row.spec) for row in pending) + sum(
+        spec_bytes(row.reminder) for row in queued
+    )
 
 
 def drained(queued: Sequence[QueuedRow], seam: str) -> list[QueuedRow]:
@@ -116,12 +126,26 @@ def ttl_pass(pending: Sequence[PendingRow], turn: int) -> TtlPass:
 
 
 @dataclass(frozen=True)
+class CompactDedupe:
+    """Step 2b for one key: the newest preserved survivor stays, the older ones go."""
+
+    survivor: PendingRow
+    dropped: tuple[PendingRow, ...]
+
+    @property
+    def dropped_ids(self) -> list[str]:
+        """Ids of the older survivors removed, in injection order."""
+        return [row.spec.id for row in self.dropped]
+
+
+@dataclass(frozen=True)
 class Compaction:
-    """What a compaction does to the live reminders (SPEC §4.8 steps 1 and 2)."""
+    """What a compaction does to the live reminders (SPEC §4.8 steps 1, 2 and 2b)."""
 
     ttl: TtlPass
     preserved: tuple[PendingRow, ...]
     compacted: tuple[PendingRow, ...]
+    deduped: tuple[CompactDedupe, ...] = ()
 
     @property
     def preserved_ids(self) -> list[str]:
@@ -146,11 +170,32 @@ def compaction(pending: Sequence[PendingRow], turn: int, last_ended_turn: int | 
     ttl = ttl_pass(pending, turn) if ttl_pass_due(last_ended_turn, turn) else TtlPass()
     gone = set(ttl.expired_ids)
     survivors = [row for row in pending if row.spec.id not in gone]
+    preserved = [row for row in survivors if row.spec.preserve_on_compact]
+    deduped = compact_dedupe(preserved)
+    dropped = {row.spec.id for group in deduped for row in group.dropped}
     return Compaction(
         ttl=ttl,
-        preserved=tuple(row for row in survivors if row.spec.preserve_on_compact),
+        preserved=tuple(row for row in preserved if row.spec.id not in dropped),
         compacted=tuple(row for row in survivors if not row.spec.preserve_on_compact),
+        deduped=deduped,
     )
+
+
+def compact_dedupe(preserved: Sequence[PendingRow]) -> tuple[CompactDedupe, ...]:
+    """Step 2b: among the preserved survivors only the newest of each `dedupe_key` stays
+    (`audit_only` ones, exempt from inject-time dedupe, included), one group per key in the
+    order of its survivor."""
+    by_key: dict[str, list[PendingRow]] = {}
+    for row in preserved:
+        if row.spec.dedupe_key is not None:
+            by_key.setdefault(row.spec.dedupe_key, []).append(row)
+    groups = [
+        CompactDedupe(survivor=rows[-1], dropped=tuple(rows[:-1]))
+        for rows in by_key.values()
+        if len(rows) > 1
+    ]
+    order = {row.spec.id: index for index, row in enumerate(preserved)}
+    return tuple(sorted(groups, key=lambda group: order[group.survivor.spec.id]))
 
 
 def directives_cleared(delivered: Sequence[DeliveredEnvelope | DeliveredDigest]) -> int:
@@ -171,16 +216,28 @@ def propagates(row: PendingRow) -> bool:
     return row.spec.propagate == "session" and row.spec.source != "inherited"
 
 
+def _copied_spec(spec: ResolvedSpec, update: dict[str, Any]) -> ResolvedSpec:
+    """`spec` with `update`, validated by the model that reads the event back (§4.1.1): a
+    value copied from a command (an agent id) must satisfy the spec's own rules."""
+    if all(getattr(spec, key) == value for key, value in update.items()):
+        return spec
+    return ResolvedSpec.model_validate({**spec.model_dump(), **update})
+
+
 def handed_off_spec(row: PendingRow, child_turn: int, parent_agent_id: str) -> ResolvedSpec:
     """The spec exactly as the child is to receive it: its remaining TTL, fired at the
-    child's current turn, `source: inherited`, the first emitter kept."""
-    return row.spec.model_copy(
-        update={
+    child's current turn, `source: inherited`, the first emitter kept.
+
+    Raises `pydantic.ValidationError` when `parent_agent_id` would be copied in and is not
+    a valid `originating_agent_id`."""
+    return _copied_spec(
+        row.spec,
+        {
             "ttl_turns": row.ttl_remaining,
             "fired_at_turn": child_turn,
             "source": "inherited",
             "originating_agent_id": row.spec.originating_agent_id or parent_agent_id,
-        }
+        },
     )
 
 
@@ -193,10 +250,61 @@ def handed_off_specs(
 
 def inherited_spec(spec: ResolvedSpec, parent_agent_id: str) -> ResolvedSpec:
     """A handed-off spec as the child injects it: `source: inherited`, the first emitter
-    kept, else the parent's agent."""
-    return spec.model_copy(
-        update={
+    kept, else the parent's agent (validated like `handed_off_spec`)."""
+    return _copied_spec(
+        spec,
+        {
             "source": "inherited",
             "originating_agent_id": spec.originating_agent_id or parent_agent_id,
-        }
+        },
     )
+
+
+# --- remembered replies (§4.1, §4.1.1) ---------------------------------------------------
+
+#: A key only one op's ok reply carries, so a remembered reply names its op.
+_REPLY_KEYS: tuple[tuple[str, str], ...] = (
+    ("deduped_count", "inject"),
+    ("queued", "inject"),
+    ("removed_count", "clear"),
+    ("drained", "checkpoint"),
+    ("status", "revoke"),
+    ("envelope", "render"),
+    ("compacted_count", "compact"),
+    ("expired_count", "end_turn"),
+    ("propagated_ids", "handoff"),
+    ("inherited_ids", "inherit"),
+    ("evaluated_count", "evaluate"),
+)
+
+
+def reply_op(reply: dict[str, Any]) -> str | None:
+    """The op whose reply this is, from the keys only that op's reply carries."""
+    return next((op for key, op in _REPLY_KEYS if key in reply), None)
+
+
+def remembered_reply(reply: dict[str, Any]) -> dict[str, Any]:
+    """A reply as the state remembers it: a render's envelope without its text, which its
+    `delivered` row holds (§4.1.1: not stored twice)."""
+    envelope = reply.get("envelope")
+    if not isinstance(envelope, dict) or "text" not in envelope:
+        return reply
+    return {**reply, "envelope": {k: v for k, v in envelope.items() if k != "text"}}
+
+
+def rebuilt_reply(
+    reply: dict[str, Any], delivered: Sequence[DeliveredEnvelope | DeliveredDigest]
+) -> dict[str, Any] | None:
+    """A remembered reply as it was sent: a render's envelope text taken back from its
+    `delivered` row; None when that row is no longer held in full (digested or compacted)."""
+    envelope = reply.get("envelope")
+    if not isinstance(envelope, dict) or "text" in envelope:
+        return reply
+    for row in reversed(delivered):
+        if (
+            isinstance(row, DeliveredEnvelope)
+            and row.turn_number == envelope.get("turn_number")
+            and row.directive_ids == envelope.get("directive_ids")
+        ):
+            return {**reply, "envelope": {"text": row.text, **envelope}}
+    return None

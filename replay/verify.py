@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import groupby
 
+from pydantic import ValidationError
+
 from contracts import events as ev
 from contracts.state import PendingRow, SessionState
 from core import fold_all, rules
 from core.canonical import links, sha256_hex
 from core.fold import Scratch, apply_event
+from core.redact import markers, redact
 from core.render import envelope_text, is_spoofing, render_candidates, speaker_for
 from replay.engine import decode_rows
 from replay.source import Row
@@ -86,6 +89,14 @@ def _check_drain(before: SessionState, group: list[ev.Event]) -> str | None:
     return None
 
 
+def _check_redactions(body: str, redactions: int) -> str | None:
+    """A body recorded as redacted holds no secret the rule still finds, and its markers
+    (SPEC §10); the secret itself is not in the log, so this is all replay can re-derive."""
+    if redactions and (redact(body)[1] or markers(body) < redactions):
+        return "the redaction recorded does not match the body"
+    return None
+
+
 def _check_delivered(
     before: SessionState, scratch: Scratch, group: list[ev.Event], event: ev.Event
 ) -> str | None:
@@ -121,6 +132,12 @@ def _check_event(
     """Why this event is not what the current rules decide here (None when it is)."""
     payload = event.payload
     if isinstance(payload, ev.Deduped):
+        if payload.dropped_reminder_ids != payload.replaced_ids:
+            return "dropped_reminder_ids differs from replaced_ids"
+        if payload.boundary == "compact":
+            if not any(isinstance(e.payload, ev.Compacted) for e in group):
+                return "a compaction dedupe without its compacted event"
+            return None  # checked with its compacted event
         expected = _ids(rules.dedupe_victims(scratch.pending, payload.dedupe_key))
         if payload.replaced_ids != expected or payload.dropped_count != len(expected):
             return "dedupe replaced other reminders than the live ones with its key"
@@ -135,11 +152,15 @@ def _check_event(
             return problem
         if payload.reminder.id != payload.reminder_id or payload.reminder.body.strip() == "":
             return "injected payload disagrees with its spec"
+        if (problem := _check_redactions(payload.reminder.body, payload.redactions)) is not None:
+            return problem
         if rules.dedupe_victims(
             scratch.pending, payload.reminder.dedupe_key, newcomer_audit_only=payload.audit_only
         ):
             return "a live reminder with the same dedupe_key was not deduped"
     elif isinstance(payload, ev.Queued):
+        if (problem := _check_redactions(payload.reminder.body, payload.redactions)) is not None:
+            return problem
         if payload.position != scratch.counters.get("queued", 0) + 1:
             return f"queued position {payload.position} was not the next one"
     elif isinstance(payload, ev.Fired):
@@ -168,12 +189,30 @@ def _check_event(
 def _check_handed_off(before: SessionState, event: ev.Event, payload: ev.HandedOff) -> str | None:
     # The child's turn is recorded only inside the specs (every one carries the same).
     child_turn = payload.reminders[0].fired_at_turn if payload.reminders else 0
-    expected = rules.handed_off_specs(before.pending, child_turn, event.agent_id)
+    try:
+        expected = rules.handed_off_specs(before.pending, child_turn, event.agent_id)
+    except ValidationError:
+        return "handoff copied an agent id the spec model refuses as originating_agent_id"
     if payload.propagated_ids != [spec.id for spec in expected]:
         return "handoff propagated other reminders than the rules allow"
     if payload.reminders != expected:
         return "handoff gave the child other specs than the rules make"
     return None
+
+
+def _compact_dedupes_differ(plan: rules.Compaction, group: list[ev.Event]) -> bool:
+    """Whether the command's `deduped{boundary: compact}` events are not exactly the groups
+    step 2b gives (SPEC §4.8), in order."""
+    expected = [
+        (g.survivor.spec.id, g.dropped_ids, g.survivor.spec.dedupe_key, len(g.dropped))
+        for g in plan.deduped
+    ]
+    recorded = [
+        (p.reminder_id, p.replaced_ids, p.dedupe_key, p.dropped_count)
+        for p in (e.payload for e in group)
+        if isinstance(p, ev.Deduped) and p.boundary == "compact"
+    ]
+    return recorded != expected
 
 
 def _check_compacted(
@@ -185,6 +224,8 @@ def _check_compacted(
     compacted = [(p.reminder_id, p.ttl_turns_before) for p in _expired(group, "compaction")]
     if compacted != [(row.spec.id, plan.ttl_before(row)) for row in plan.compacted]:
         return "compaction expired other reminders than the survivors not preserved"
+    if _compact_dedupes_differ(plan, group):
+        return "compaction deduped other preserved survivors than the older ones of each key"
     if payload.preserved_ids != plan.preserved_ids:
         return "compaction preserved other reminders than those marked preserve_on_compact"
     if payload.directives_cleared != rules.directives_cleared(before.delivered):

@@ -28,7 +28,7 @@ from nats.js import JetStreamContext
 from services.adapters.connection import connect
 from services.adapters.http import HealthServer
 from services.adapters.jetstream import DurableConsumer, ensure_consumer, provision
-from services.adapters.settings import Settings
+from services.adapters.settings import Settings, check_payload_bounds
 
 
 @dataclass
@@ -82,6 +82,8 @@ async def run_worker(worker: Worker, settings: Settings, stop: asyncio.Event) ->
     runtime.nc = await connect(settings, f"reminders-{worker.name}")
     health: HealthServer | None = None
     try:
+        # The size invariant (SPEC §4.1.1) against the server's real max_payload.
+        check_payload_bounds(settings.core, runtime.connection.max_payload)
         # Services only check: creating streams, buckets and durables is `reminders provision`'s
         # job, under an admin user (SPEC §10), so no service needs the rights to delete them.
         await provision(runtime.js, settings, check=True)

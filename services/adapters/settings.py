@@ -18,6 +18,7 @@ from contracts.subjects import (
     DEFAULT_STREAM,
 )
 from core.config import CoreConfig
+from core.size import check_fits
 
 
 class Settings(BaseModel):
@@ -105,6 +106,10 @@ class Settings(BaseModel):
             "REMINDERS_MAX_BODY_BYTES": "max_body_bytes",
             "REMINDERS_MAX_LIVE": "max_live",
             "REMINDERS_MAX_ENVELOPE_BYTES": "max_envelope_bytes",
+            "REMINDERS_MAX_SESSION_BYTES": "max_session_bytes",
+            "REMINDERS_MAX_USER_TEXT_BYTES": "max_user_text_bytes",
+            "REMINDERS_MAX_PAYLOAD_BYTES": "max_payload_bytes",
+            "REMINDERS_REDACT": "redact",
             "REMINDERS_INSTRUCTIONS": "instructions",
             "REMINDERS_NONCE": "nonce_enabled",
             "REMINDERS_DEFAULT_FORMAT": "default_format",
@@ -115,3 +120,15 @@ class Settings(BaseModel):
             fields["core"] = CoreConfig.model_validate(core)
         fields.update({key: value for key, value in overrides.items() if value is not None})
         return cls.model_validate(fields)
+
+
+class PayloadTooSmall(RuntimeError):
+    """The size bounds could break the invariant on this server (SPEC §4.1.1)."""
+
+
+def check_payload_bounds(core: CoreConfig, server_max_payload: int) -> None:
+    """Refuse to start, in one line, when the core's bounds could produce an event, a reply
+    or a state larger than the server's `max_payload` (read from the connection)."""
+    problem = check_fits(core, server_max_payload)
+    if problem is not None:
+        raise PayloadTooSmall(f"refusing to start: {problem}")

@@ -13,7 +13,7 @@ from nats.aio.client import Client
 
 from client.sdk import ReminderClient
 from services.adapters.settings import Settings
-from tests.integration.read_side import wait_projected_equal
+from tests.integration.read_side import projected, replayed, wait_projected_equal
 from tests.processes import ServiceRunner
 
 CANARY = "canary-7f3a9c-do-not-leak"
@@ -121,3 +121,53 @@ async def test_a_trace_runs_from_the_command_to_the_projector_and_nothing_leaks(
             else ""
         )
         assert CANARY not in trace_text, f"{name} spans leak a body"
+
+
+#: A made-up GitHub token: with REMINDERS_REDACT=1 it must reach no stored or observed place.
+SECRET_CANARY = "ghp_" + "Zq7Canary0Secret0Token0Do0Not0Leak01"
+
+
+async def test_with_redaction_on_a_secret_canary_reaches_no_kv_log_metric_or_span(
+    nc: Client, provisioned: Settings, services: ServiceRunner, tmp_path: Path
+) -> None:
+    names = ("gateway", "projector", "observer")
+    running = {
+        name: services.start(
+            name,
+            extra_env={
+                "REMINDERS_TRACE_FILE": str(tmp_path / f"{name}.jsonl"),
+                "REMINDERS_REDACT": "1",
+            },
+        )
+        for name in names
+    }
+    client = ReminderClient(nc)
+    reply = await client.request(
+        "inject", {"session_id": "redact", "reminder": {"body": f"use {SECRET_CANARY} to push"}}
+    )
+    assert reply["ok"] is True
+    await client.inject("redact", f"queued {SECRET_CANARY}", mode="steer")
+    await client.checkpoint("redact", "turn_start", 0)
+    rendered = await client.render("redact", 0)
+    assert SECRET_CANARY not in json.dumps(rendered)
+    await wait_projected_equal(nc, provisioned, ["redact"])
+    stored = await projected(nc, provisioned, "redact")
+    assert stored is not None
+    state_text = json.dumps(stored.model_dump(mode="json"))
+    assert SECRET_CANARY not in state_text and "[REDACTED:github_token]" in state_text
+    log_state = (await replayed(nc, provisioned, "redact")).model_dump(mode="json")
+    assert SECRET_CANARY not in json.dumps(log_state)
+    for _ in range(50):  # bounded wait for the observer's spans
+        if spans(tmp_path / "observer.jsonl"):
+            break
+        await asyncio.sleep(0.1)
+    for name, service in running.items():
+        _, exposition = service.get("/metrics")
+        assert SECRET_CANARY not in exposition, f"{name} metrics leak the secret"
+    services.stop_all()
+    for name in names:
+        for path in (tmp_path / "service-logs").glob(f"{name}-*.log"):
+            assert SECRET_CANARY not in path.read_text(encoding="utf-8"), f"{name} log leaks"
+        trace = tmp_path / f"{name}.jsonl"
+        if trace.exists():
+            assert SECRET_CANARY not in trace.read_text(encoding="utf-8"), f"{name} span leaks"

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from contracts.commands import COMMANDS, SEAM_ALIASES, ClearSelector
+from contracts.decode import decode
 from contracts.errors import ErrorCode
 from contracts.events import Event
 from contracts.spec import MODE_ALIASES, REMINDER_FIELDS
@@ -33,6 +34,7 @@ from contracts.state import (
     DeliveredEnvelope,
     SessionState,
 )
+from contracts.subjects import event_subject
 from core import (
     CoreConfig,
     Decision,
@@ -43,6 +45,7 @@ from core import (
     handle,
     sha256_hex,
 )
+from core.size import check_fits, worst_case
 from tests.support import Driver, context_for, json_paths
 
 SESSION = "s1"
@@ -698,3 +701,98 @@ def test_every_template_is_a_command_the_core_accepts_or_refuses_by_code() -> No
     for op, raw in TEMPLATES.items():
         for state in (SessionState(), _populated_state()):
             assert_handled(state, op, copy.deepcopy(raw))
+
+
+# ---------------------------------------------------------------------------------------------
+# The size invariant (SPEC §4.1.1).
+
+BIG_BODIES = ["B" * 3_000, "\x01" * 2_000, "&<>" * 1_500, "é" * 4_000, "\n" * 5_000]
+BIG_SPECS = st.fixed_dictionaries(
+    {"body": st.sampled_from(BIG_BODIES)},
+    optional={
+        "dedupe_key": st.sampled_from(DEDUPE_KEYS),
+        "propagate": st.sampled_from(["all", "session"]),
+        "tags": st.lists(st.sampled_from(["\x02" * 128, "😀" * 128, *TAGS]), max_size=32),
+        "preserve_on_compact": st.booleans(),
+    },
+)
+INJECT_BIG = _op("inject", st.fixed_dictionaries({"reminder": BIG_SPECS}))
+INJECT_BIG_QUEUED = _op(
+    "inject", st.fixed_dictionaries({"reminder": BIG_SPECS, "mode": st.sampled_from(MODES)})
+)
+RENDER_BIG = _op(
+    "render",
+    st.fixed_dictionaries({"user_text": st.sampled_from(["\x03" * 300, "q" * 2_000])}),
+    turn=True,
+)
+SIZE_STEPS = st.one_of(STEPS, INJECT_BIG, INJECT_BIG, INJECT_BIG_QUEUED, RENDER_BIG)
+SIZE_CONFIGS = [
+    CoreConfig(),
+    CoreConfig(max_session_bytes=20_000, max_envelope_bytes=9_000, max_user_text_bytes=1_000),
+    CoreConfig(max_payload_bytes=24_000, max_envelope_bytes=8_000, nonce_enabled=True),
+    CoreConfig(max_live=3, max_envelope_bytes=700, instructions="Short."),
+]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    config=st.sampled_from(SIZE_CONFIGS),
+    steps=st.lists(SIZE_STEPS, min_size=10, max_size=45),
+)
+def test_every_event_reply_and_state_fits_the_bound_whatever_was_accepted(
+    config: CoreConfig, steps: list[Step]
+) -> None:
+    script = Script(config, steps)
+    show(script)
+    _, outcomes = run(script)
+    limit = config.max_payload_bytes
+    worst = worst_case(config) if check_fits(config, limit) is None else None
+    for outcome in outcomes:
+        state = len(canonical_state(outcome.after).encode())
+        reply = len(canonical_json(outcome.decision.reply).encode())
+        events = [len(canonical_json(e.to_wire()).encode()) for e in outcome.decision.events]
+        assert state <= limit and reply <= limit and all(size <= limit for size in events)
+        if worst is not None:
+            assert state <= worst.state and reply <= worst.reply
+            assert all(size <= worst.event for size in events)
+
+
+AGENT_IDS = st.sampled_from(["agent-a", " padded ", "\u00a0", "tab\there", "ok"])
+HANDOFF_ANY_AGENT = st.builds(
+    lambda child, agent: Step("handoff", {"child_session_id": child, "agent_id": agent}),
+    st.sampled_from(["child-1", "child-2"]),
+    AGENT_IDS,
+)
+INHERIT = st.builds(
+    lambda agent, n, specs: Step(
+        "inherit",
+        {
+            "parent_session_id": "parent",
+            "parent_agent_id": agent,
+            "handoff_event_id": f"handoff-{n}",
+            "sub_agent_id": "sub",
+            "reminders": specs,
+        },
+    ),
+    AGENT_IDS,
+    st.integers(0, 3),
+    st.lists(SPECS, max_size=3),
+)
+
+
+@SEQUENCE_SETTINGS
+@given(
+    config=st.sampled_from(CONFIGS),
+    steps=st.lists(st.one_of(STEPS, HANDOFF_ANY_AGENT, INHERIT), min_size=5, max_size=35),
+)
+def test_every_event_decide_emits_decodes_with_the_readers_model(
+    config: CoreConfig, steps: list[Step]
+) -> None:
+    """SPEC §4.1.1: what the rules copy into an event is what the reader accepts."""
+    script = Script(config, steps)
+    show(script)
+    driver, _ = run(script)
+    for event in driver.log:
+        wire = canonical_json(event.to_wire()).encode()
+        decoded = decode(wire, subject=event_subject(event.kind, event.session_id))
+        assert canonical_json(decoded.to_wire()) == canonical_json(event.to_wire())

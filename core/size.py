@@ -1,0 +1,159 @@
+"""Sizes in bytes as stored, and the size invariant of SPEC §4.1.1.
+
+Every event, every reply and every projected state must fit in the server's `max_payload`
+whatever sequence of accepted commands led there. Two things guarantee it:
+
+- the rules bound what a session holds in bytes (`CoreConfig.max_session_bytes` for live plus
+  queued reminders, `max_envelope_bytes` for an envelope, `max_user_text_bytes` for a
+  render's `user_text`; and, in the fold, `FULL_ENVELOPE_TEXT_BYTES` of delivered text kept
+  in full and `RECENT_REPLIES_BYTES` of remembered replies), and `worst_case` computes from
+  them how large an event, a reply and a state can get; `check_fits` refuses, at start-up, a
+  combination whose worst case exceeds `max_payload`;
+- `decide` measures what it is about to emit (each event, the reply, the state after the
+  command) and answers `too_large` instead of emitting anything that would not fit: that
+  covers what only a long history grows (the ids in `seen_ids`, `revoked_ids`,
+  `inherited_from` and the digests of old envelopes) and any combination `worst_case`
+  cannot see, such as a `handoff` or an `inherit` with more than a payload's worth of specs.
+
+"Stored bytes" of a text is the UTF-8 length of its JSON string without the quotes, the form
+the log and the KV store hold: ordinary text counts its UTF-8 bytes, a quote, a backslash or
+a newline counts 2, another control character 6. The body bound of §2.1 and the `user_text`
+bound stay in plain UTF-8 bytes; the bounds that add up in a stored value (the session's
+reminders, the envelope, the delivered history, the remembered replies) count stored bytes,
+so the worst case holds for any text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from contracts.spec import MAX_WIRE_INT, ResolvedSpec
+from contracts.state import FULL_ENVELOPE_TEXT_BYTES, RECENT_REPLIES_BYTES, RECENT_REPLIES_KEPT
+from core.config import CoreConfig
+
+#: Stored bytes per character at most: a control character is escaped as `\\u00XX`.
+ESCAPED_CHAR_BYTES = 6
+#: Stored bytes per character at most in an identifier (no control characters): 4-byte UTF-8.
+ID_CHAR_BYTES = 4
+
+
+@lru_cache(maxsize=8192)
+def stored_bytes(text: str) -> int:
+    """UTF-8 length of `text` as a JSON string, without its quotes."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2
+
+
+def json_bytes(value: Any) -> int:
+    """UTF-8 length of `value` as canonical JSON."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8"))
+
+
+def _skeleton_bytes() -> int:
+    """A spec's stored size apart from its strings: longest literals, largest integers."""
+    spec = ResolvedSpec.model_construct(
+        body="",
+        tags=[],
+        dedupe_key="",
+        ttl_turns=MAX_WIRE_INT,
+        preserve_on_compact=False,
+        propagate="session",
+        authority="corrective",
+        role_hint="ephemeral_cache",
+        source="stdlib_provider",
+        id="",
+        fired_at_turn=MAX_WIRE_INT,
+        originating_agent_id="",
+    )
+    return json_bytes(spec.model_dump(mode="json"))
+
+
+SPEC_SKELETON_BYTES = _skeleton_bytes()
+
+
+def spec_bytes(spec: ResolvedSpec) -> int:
+    """An upper bound of the stored size of a spec (its canonical JSON), cheap to compute."""
+    total = SPEC_SKELETON_BYTES + stored_bytes(spec.body) + stored_bytes(spec.id)
+    total += stored_bytes(spec.dedupe_key or "") + stored_bytes(spec.originating_agent_id or "")
+    return total + sum(stored_bytes(tag) + 3 for tag in spec.tags)
+
+
+# --- the worst case (SPEC §4.1.1) -------------------------------------------------------
+
+#: An identifier on the wire (session, agent, task, request, command id): ≤ 256 characters.
+_IDENT = 256 * ID_CHAR_BYTES + 2
+#: A reminder id: ≤ 128 characters.
+_REMINDER_ID = 128 * ID_CHAR_BYTES + 2
+#: The event envelope without payload and reply: keys, event id, time, chain, and the
+#: session, agent, task, request and command ids at their longest.
+_ENVELOPE = 400 + 5 * _IDENT
+#: Small reply fields (ok, session_seq, counts, a status, the HARN-RMD-004 warning).
+_REPLY_BASE = 1024
+#: Fixed state fields: session id, chain head, nonce, counters of every kind, degraded mark.
+_STATE_BASE = 2048 + _IDENT
+#: A pending or queued row apart from its spec; a delivered row apart from text and ids.
+_ROW = 160
+
+
+@dataclass(frozen=True)
+class WorstCase:
+    """The largest event, reply and state the rules allow, in stored bytes."""
+
+    event: int
+    reply: int
+    state: int
+
+    def largest(self) -> int:
+        """The largest of the three."""
+        return max(self.event, self.reply, self.state)
+
+
+def worst_case(config: CoreConfig) -> WorstCase:
+    """How large an event, a reply and a state can get under `config` (SPEC §4.1.1).
+
+    What only history grows (seen, revoked and inherited ids; digests of old envelopes) and
+    the size of a handoff's or inherit's specs are not bounded by a rule: `decide` measures
+    those and answers `too_large` (see the module docstring).
+    """
+    ids = config.max_live * (_REMINDER_ID + 1)
+    spec = config.max_session_bytes  # one reminder never exceeds the session's budget
+    envelope = config.max_envelope_bytes + 2
+    # injected/queued: the spec and the fields copied from it, the drain's reply of ids.
+    inject_event = _ENVELOPE + 2 * spec + _REPLY_BASE + ids
+    # delivered: the text in the payload and in the reply, with their directive ids.
+    delivered_event = (
+        _ENVELOPE + 2 * (envelope + ids) + stored_bytes(config.instructions) + 300 + _REPLY_BASE
+    )
+    event = max(inject_event, delivered_event)
+    user_text = config.max_user_text_bytes * ESCAPED_CHAR_BYTES
+    render_reply = _REPLY_BASE + envelope + ids + (user_text + 4 + envelope)
+    reply = max(render_reply, _REPLY_BASE + ids)
+    live = config.max_session_bytes + config.max_live * _ROW
+    delivered = FULL_ENVELOPE_TEXT_BYTES + 64 * _ROW
+    replies = RECENT_REPLIES_BYTES + RECENT_REPLIES_KEPT * 32
+    state = _STATE_BASE + live + delivered + replies
+    return WorstCase(event=event, reply=reply, state=state)
+
+
+def check_fits(config: CoreConfig, max_payload: int) -> str | None:
+    """Why `config` could break the size invariant on a server with `max_payload`, in one
+    line; None when it cannot (SPEC §4.1.1)."""
+    if config.max_payload_bytes > max_payload:
+        return (
+            f"max_payload_bytes {config.max_payload_bytes} exceeds the server's "
+            f"max_payload {max_payload}"
+        )
+    worst = worst_case(config)
+    limit = config.max_payload_bytes
+    for name, size in (("event", worst.event), ("reply", worst.reply), ("state", worst.state)):
+        if size > limit:
+            return (
+                f"size bounds could break the invariant: a worst-case {name} is {size} bytes, "
+                f"max_payload is {limit} (lower REMINDERS_MAX_SESSION_BYTES, "
+                f"REMINDERS_MAX_ENVELOPE_BYTES, REMINDERS_MAX_USER_TEXT_BYTES or "
+                f"REMINDERS_MAX_LIVE)"
+            )
+    return None

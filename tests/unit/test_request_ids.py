@@ -1,0 +1,40 @@
+"""A `request_id` answers only for its own op (SPEC §4.1, issue #10 item C)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import Driver
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (("inject", {"reminder": {"body": "a"}}), ("clear", {"selector": {"tag": "x"}})),
+        (("inject", {"reminder": {"body": "a"}}), ("render", {"turn": 0})),
+        (("end_turn", {"turn": 0}), ("compact", {"turn": 1})),
+        (("compact", {"turn": 0}), ("end_turn", {"turn": 1})),
+        (("checkpoint", {"seam": "turn_start", "turn": 0}), ("handoff", {"child_session_id": "c"})),
+    ],
+)
+def test_a_request_id_reused_on_another_op_is_invalid_request(
+    first: tuple[str, dict[str, object]], second: tuple[str, dict[str, object]]
+) -> None:
+    driver = Driver()
+    driver.inject("queued", mode="interrupt")  # so a checkpoint drains, and is remembered
+    driver.ok(first[0], request_id="same", **first[1])
+    decision = driver.run(second[0], request_id="same", **second[1])
+    assert not decision.ok
+    assert decision.reply["error"]["code"] == "invalid_request"
+    assert decision.reply["error"]["details"]["field"] == "request_id"
+    assert decision.events == ()
+
+
+def test_a_request_id_repeated_on_its_own_op_still_gets_the_first_reply() -> None:
+    driver = Driver()
+    first = driver.ok("inject", request_id="same", reminder={"body": "a"})
+    again = driver.run("inject", request_id="same", reminder={"body": "b"})
+    assert again.events == ()
+    assert again.reply == first
+    queued = driver.ok("inject", request_id="q", mode="queue", reminder={"body": "c"})
+    assert driver.run("inject", request_id="q", reminder={"body": "c"}).reply == queued
