@@ -234,7 +234,10 @@ class CommandService:
             return error_reply(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]}", op=op[:64])
         try:
             command, warnings = parse_command(
-                op, raw, max_body_bytes=self._settings.core.max_body_bytes
+                op,
+                raw,
+                max_body_bytes=self._settings.core.max_body_bytes,
+                max_user_text_bytes=self._settings.core.max_user_text_bytes,
             )
         except ReminderError as exc:
             return ErrorReply(error=exc.to_body()).to_wire()
