@@ -39,7 +39,7 @@ from contracts.spec import ReminderSpec, ResolvedSpec
 from contracts.state import PendingRow, SessionState
 from core import render as rn
 from core import rules
-from core.canonical import chain_link, derived_uuid7, sha256_hex
+from core.canonical import canonical_json, derived_uuid7, sha256_hex
 from core.config import CommandContext, CoreConfig
 from core.fold import Scratch, apply_event
 from core.redact import redact
@@ -124,8 +124,10 @@ class Batch:
             body = draft.model_dump(mode="json", by_alias=True, exclude={"chain"})
             if is_last:
                 body["reply"] = wire
-            _fits(f"{draft.kind} event", json_bytes(body) + _CHAIN_BYTES, limit)
-            previous = chain_link(previous, body)
+            # One canonical form serves both the size check and the chain link.
+            text = canonical_json(body)
+            _fits(f"{draft.kind} event", len(text.encode("utf-8")) + _CHAIN_BYTES, limit)
+            previous = sha256_hex(previous + "\n" + text)
             # The draft's parts were validated when built; only reply and chain are new.
             update = {"chain": previous, "reply": wire if is_last else None}
             final.append(draft.model_copy(update=update))
