@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 from contracts.commands import ClearSelector
 from contracts.spec import DeliveryMode, ResolvedSpec
-from contracts.state import DeliveredDigest, DeliveredEnvelope, PendingRow, QueuedRow
+from contracts.state import (
+    DeliveredDigest,
+    DeliveredEnvelope,
+    PendingRow,
+    ProviderMark,
+    ProvidersState,
+    QueuedRow,
+)
 
 #: Which queued modes each seam drains (SPEC §4.4).
 SEAM_DRAINS: dict[str, frozenset[DeliveryMode]] = {
@@ -200,3 +207,16 @@ def inherited_spec(spec: ResolvedSpec, parent_agent_id: str) -> ResolvedSpec:
             "originating_agent_id": spec.originating_agent_id or parent_agent_id,
         }
     )
+
+
+def provider_mark(providers: ProvidersState | None, provider_id: str) -> ProviderMark:
+    """The latches the log recorded for one provider in the session (SPEC §9.2)."""
+    if providers is None:
+        return ProviderMark()
+    return providers.marks.get(provider_id) or ProviderMark()
+
+
+def threshold_reported(recorded: int | None, level: int | None) -> bool:
+    """Whether a threshold `level` was already reported: fire only above the recorded level
+    (a lower reading recorded a lower level, or none, and so re-armed it)."""
+    return level is not None and recorded is not None and recorded >= level
