@@ -11,7 +11,7 @@ from rich.console import Console
 
 from services.adapters.settings import Settings
 
-SERVICE_NAMES = ("gateway", "projector", "propagator", "observer")
+SERVICE_NAMES = ("gateway", "projector", "propagator", "observer", "providers")
 
 app = typer.Typer(
     name="reminders",
@@ -81,7 +81,7 @@ def up(
 @app.command()
 def serve(
     service: str = typer.Argument(
-        ..., help="Which service to run: gateway, projector, propagator or observer."
+        ..., help="Which service to run: gateway, projector, propagator, observer or providers."
     ),
 ) -> None:
     """Run one service in the foreground (configuration from REMINDERS_* variables)."""

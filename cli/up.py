@@ -38,7 +38,7 @@ from services.adapters.jetstream import read_session
 from services.adapters.settings import Settings
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.
-SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator", "observer")
+SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator", "observer", "providers")
 
 
 class UpError(RuntimeError):

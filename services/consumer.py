@@ -90,6 +90,16 @@ class EventConsumer:
 
     async def run(self, runtime: Runtime, handle: Handler, stop: asyncio.Event) -> None:
         """Fetch, handle and settle until `stop` is set (within about a second)."""
+        await self.run_messages(runtime, lambda message: self._outcome(message, handle), stop)
+
+    async def run_messages(
+        self,
+        runtime: Runtime,
+        outcome_of: Callable[[Msg], Awaitable[Outcome]],
+        stop: asyncio.Event,
+    ) -> None:
+        """The same loop for a stream whose messages are not ledger events (the providers'
+        runtime events): `outcome_of` decodes one message and handles it."""
         subscription = await runtime.js.pull_subscribe_bind(
             durable=self.durable.name, stream=self.durable.stream
         )
@@ -104,15 +114,17 @@ class EventConsumer:
                     await asyncio.sleep(0.5)
                     continue
                 for message in messages:
-                    await self._settle(runtime, message, handle)
+                    await self._settle(runtime, message, outcome_of)
         finally:
             await subscription.unsubscribe()
 
-    async def _settle(self, runtime: Runtime, message: Msg, handle: Handler) -> None:
+    async def _settle(
+        self, runtime: Runtime, message: Msg, outcome_of: Callable[[Msg], Awaitable[Outcome]]
+    ) -> None:
         span = consumer_span(self.tracer, message.subject, message.headers, self.durable.name)
         try:
             with trace.use_span(span, end_on_exit=True) if span else nullcontext():
-                outcome = await self._outcome(message, handle)
+                outcome = await outcome_of(message)
             if outcome.action == "ack":
                 await message.ack()
             elif outcome.action == "retry":

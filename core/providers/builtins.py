@@ -39,7 +39,7 @@ from contracts.agent_events import (
 )
 from contracts.state import SessionState
 from core.providers.model import PROVIDER_SOURCE, Outcome, Provider, ProviderFn, fired, skipped
-from core.rules import provider_mark
+from core.rules import live_with_key, provider_mark
 
 DEFAULT_THRESHOLDS = (0.70, 0.85, 0.95)
 
@@ -196,11 +196,10 @@ def resume_continuity(
 def _known_anchor(view: SessionState, config: Mapping[str, Any]) -> str | None:
     if config.get("anchor"):
         return str(config["anchor"])
-    for row in reversed(view.pending):
-        if row.spec.dedupe_key == "workspace_anchor":
-            first = row.spec.body.splitlines()[0]
-            return first.removeprefix("Workspace anchor: ")
-    return None
+    live = live_with_key(view.pending, "workspace_anchor")
+    if not live:
+        return None
+    return live[-1].spec.body.splitlines()[0].removeprefix("Workspace anchor: ")
 
 
 def workspace_anchor(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> Outcome:

@@ -108,13 +108,17 @@ def _provider_list(value: object) -> list[str]:
     return [item.strip() for item in value]
 
 
-def parse_config(text: str, plugins: Mapping[str, PluginFn] | None = None) -> ProvidersConfig:
-    """Parse and validate TOML text (raises `ProvidersConfigError`)."""
+def parse_toml(text: str) -> dict[str, Any]:
+    """The TOML document (raises `ProvidersConfigError`)."""
     try:
-        document = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _bad(f"the providers config is not valid TOML: {exc}") from None
-    return build_config(document, plugins or {})
+
+
+def parse_config(text: str, plugins: Mapping[str, PluginFn] | None = None) -> ProvidersConfig:
+    """Parse and validate TOML text (raises `ProvidersConfigError`)."""
+    return build_config(parse_toml(text), plugins or {})
 
 
 def default_config() -> ProvidersConfig:

@@ -23,35 +23,17 @@ from typing import Any
 from contracts.agent_events import OBSERVATIONAL_KINDS, RuntimeEvent
 from contracts.commands import Evaluation
 from contracts.errors import ReminderError
-from contracts.spec import ReminderSpec, parse_reminder
+from contracts.spec import parse_reminder
 from contracts.state import SessionState
 from core.providers.config import ProvidersConfig
 from core.providers.model import Outcome, Provider
-from core.rules import provider_mark
-
-_DURABLE_FIELDS = ("tags", "authority", "role_hint", "propagate", "source")
+from core.rules import provider_mark, unchanged_durable
 
 
 def evaluation_request_id(runtime_event_id: str) -> str:
     """The `evaluate` command's request id: a redelivered runtime event is answered from the
     log (SPEC §4.10.1)."""
     return f"evaluate:{runtime_event_id}"
-
-
-def _unchanged_durable(view: SessionState, spec: ReminderSpec) -> bool:
-    if not spec.preserve_on_compact or spec.ttl_turns is not None or spec.dedupe_key is None:
-        return False
-    for row in view.pending:
-        live = row.spec
-        if (
-            live.dedupe_key == spec.dedupe_key
-            and live.body == spec.body
-            and live.ttl_turns is None
-            and live.preserve_on_compact
-            and all(getattr(live, name) == getattr(spec, name) for name in _DURABLE_FIELDS)
-        ):
-            return True
-    return False
 
 
 def _call(provider: Provider, view: SessionState, event: RuntimeEvent) -> Outcome:
@@ -130,7 +112,7 @@ def _check(
         return "malformed_spec", f"HARN-RMD-006 {exc.code.value}: {exc.message}"[:1024]
     if provider.once and provider_mark(view.providers, provider.id).fired_count > 0:
         return "once_latched", None
-    if _unchanged_durable(view, spec):
+    if unchanged_durable(view.pending, spec):
         return "unchanged_durable_reminder", None
     budget = config.max_bytes_per_turn
     if budget is not None and spent + spec.body_bytes() > budget:
