@@ -42,6 +42,11 @@ class ReminderClient:
         nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3, **options)
         return cls(nc, timeout_s, owns_connection=True)
 
+    @property
+    def connection(self) -> Client:
+        """The nats-py connection the client talks through."""
+        return self._nc
+
     async def close(self) -> None:
         """Close the connection if this client opened it."""
         if self._owns_connection:
