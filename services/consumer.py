@@ -97,9 +97,12 @@ class EventConsumer:
         runtime: Runtime,
         outcome_of: Callable[[Msg], Awaitable[Outcome]],
         stop: asyncio.Event,
+        key_of: Callable[[Msg], str] | None = None,
     ) -> None:
         """The same loop for a stream whose messages are not ledger events (the providers'
-        runtime events): `outcome_of` decodes one message and handles it."""
+        runtime events): `outcome_of` decodes one message and handles it. With `key_of`,
+        the messages of one fetched batch are settled concurrently across keys (e.g.
+        sessions), in delivery order within a key."""
         subscription = await runtime.js.pull_subscribe_bind(
             durable=self.durable.name, stream=self.durable.stream
         )
@@ -113,8 +116,19 @@ class EventConsumer:
                     log.warning("fetch failed", extra={"error": type(exc).__name__})
                     await asyncio.sleep(0.5)
                     continue
+                if key_of is None:
+                    for message in messages:
+                        await self._settle(runtime, message, outcome_of)
+                    continue
+                lanes: dict[str, list[Msg]] = {}
                 for message in messages:
-                    await self._settle(runtime, message, outcome_of)
+                    lanes.setdefault(key_of(message), []).append(message)
+
+                async def settle_lane(lane: list[Msg]) -> None:
+                    for message in lane:
+                        await self._settle(runtime, message, outcome_of)
+
+                await asyncio.gather(*(settle_lane(lane) for lane in lanes.values()))
         finally:
             await subscription.unsubscribe()
 

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from contracts.agent_events import RuntimeEvent, decode_runtime_event
 from contracts.decode import DecodeError
 from contracts.state import SessionState
-from contracts.subjects import AGENT_EVENT_SUBJECTS, EVALUATE_OP, command_subject
+from contracts.subjects import AGENT_EVENT_SUBJECTS, EVALUATE_OP, command_subject, last_token
 from core.providers import ProvidersConfig, evaluate_event, evaluation_request_id
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.plugins import load_providers_config
@@ -188,7 +188,7 @@ class Providers:
         self.config = load_providers_config(self.settings.providers_config)
         log.info("providers configured", extra={"enabled": self.config.enabled_ids})
         tracer = tracer_provider("reminders-providers", self.settings).get_tracer(DURABLE)
-        self.consumer = EventConsumer(self.consumers()[0], batch=64, tracer=tracer)
+        self.consumer = EventConsumer(self.consumers()[0], batch=256, tracer=tracer)
         meter = meter_provider("reminders-providers").get_meter(DURABLE)
         self.evaluations = meter.create_counter(
             "reminders_provider_evaluations",
@@ -218,8 +218,13 @@ class Providers:
         async def handle(event: RuntimeEvent) -> Outcome:
             return await handle_runtime_event(event, config, request, self.last_replies, count)
 
+        # One lane per session token: sessions are evaluated concurrently, and one
+        # session's runtime events in order (each sees the previous one's effects).
         await self.consumer.run_messages(
-            runtime, lambda message: runtime_event_outcome(message, handle), stop
+            runtime,
+            lambda message: runtime_event_outcome(message, handle),
+            stop,
+            key_of=lambda message: last_token(message.subject),
         )
 
     async def stop(self, runtime: Runtime) -> None:
