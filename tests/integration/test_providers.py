@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from pathlib import Path
 
 import orjson
@@ -55,7 +56,7 @@ async def test_a_budget_crossing_becomes_a_reminder_in_state_with_its_trail(
 ) -> None:
     services.start("gateway")
     services.start("projector")
-    services.start("providers")
+    providers = services.start("providers")
     client = ReminderClient(nc)
     await client.publish_runtime_event(
         "s-budget",
@@ -86,6 +87,17 @@ async def test_a_budget_crossing_becomes_a_reminder_in_state_with_its_trail(
     assert state["providers"]["marks"]["token_pressure"]["level"] == 850
     envelope = (await client.render("s-budget", turn=3))["envelope"]
     assert "86% full" in envelope["text"]
+    # Counted by provider and reason, never by session or reminder id (SPEC §10).
+    with urllib.request.urlopen(f"http://127.0.0.1:{providers.http_port}/metrics") as page:
+        metrics = page.read().decode()
+    (line,) = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("reminders_provider_evaluations_total{")
+        and 'provider="token_pressure"' in line
+    ]
+    assert 'reason="fired"' in line and line.endswith(" 1.0")
+    assert "s-budget" not in metrics and "rt-1" not in metrics
 
 
 async def test_back_to_back_readings_fire_a_threshold_once_and_a_higher_one_again(
