@@ -14,11 +14,13 @@ from faststream.nats import NatsBroker
 from faststream.specification import AsyncAPI
 
 from contracts import commands as cmd
+from contracts.agent_events import RuntimeEvent
 from contracts.events import Event
 from contracts.subjects import (
     AUDIT_FORGOTTEN,
     RPC_SUBJECT,
     acp_subject,
+    agent_event_subject_template,
     command_subject,
     dlq_subject,
     event_subject_template,
@@ -53,6 +55,12 @@ def _documented_broker() -> NatsBroker:
         (dlq_subject("{service}", "{session_token}"), Event, "Poison copies with error headers."),
         (AUDIT_FORGOTTEN, dict, "Forget audit records, never a body."),
         (acp_subject("{session_token}"), dict, "ACP session/update reminder_emitted."),
+        (
+            agent_event_subject_template(),
+            RuntimeEvent,
+            "Runtime events a host publishes for the providers service (SPEC §9.1), stream "
+            "AGENT_EVENTS; Nats-Msg-Id is the event_id.",
+        ),
     ]
     for subject, schema, description in publishers:
         broker.publisher(subject, schema=schema, title=subject, description=description)

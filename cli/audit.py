@@ -20,11 +20,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cli.options import NATS_ENV, given_nats, nats_option, resolve_nats
-from contracts.subjects import DEFAULT_BUCKET, DEFAULT_STREAM, session_token
+from contracts.agent_events import RuntimeEvent
+from contracts.subjects import (
+    DEFAULT_AGENT_EVENTS_STREAM,
+    DEFAULT_BUCKET,
+    DEFAULT_STREAM,
+    session_token,
+)
 from core import canonical_json
+from core.providers import ProvidersConfigError
 from replay.engine import Cut, replay
 from replay.errors import ReplayError
 from replay.report import html_report, text_report
+from replay.runtime_events import runtime_events_from_file, runtime_events_from_nats
 from replay.source import (
     EVENT_FILTER,
     Row,
@@ -35,8 +43,9 @@ from replay.source import (
     rows_from_file,
     rows_from_nats,
 )
-from replay.verify import verify
+from replay.verify import ProvidersVerdict, verify, verify_providers
 from services.adapters.jetstream import JetStreamApiError
+from services.adapters.plugins import load_providers_config
 
 T = TypeVar("T")
 stderr = Console(stderr=True)
@@ -148,8 +157,31 @@ def replay_command(
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write here instead of stdout."
     ),
+    providers_config: Path | None = typer.Option(
+        None,
+        "--providers-config",
+        envvar="REMINDERS_PROVIDERS_CONFIG",
+        help="--verify: the providers TOML to re-derive evaluations with (default: defaults).",
+    ),
+    runtime_events_file: Path | None = typer.Option(
+        None,
+        "--runtime-events",
+        help="--verify: runtime events as JSON Lines (with --nats they are read from "
+        "AGENT_EVENTS).",
+    ),
+    agent_events_stream: str = typer.Option(
+        DEFAULT_AGENT_EVENTS_STREAM,
+        "--agent-events-stream",
+        envvar="REMINDERS_AGENT_EVENTS_STREAM",
+        help="--verify with --nats: the runtime event stream.",
+    ),
 ) -> None:
     """Reconstruct one session's state from its log, byte for byte, and explain it."""
+    runtime_events: dict[str, RuntimeEvent] = {}
+    if runtime_events_file is not None:
+        if not runtime_events_file.exists():
+            fail(f"no such file: {runtime_events_file}")
+        runtime_events = runtime_events_from_file(runtime_events_file)
     # A file wins over REMINDERS_NATS_URL; two sources on the command line, or none at all,
     # are refused (replay has two kinds of source, so it never guesses one).
     if from_file is not None and nats_flag is not None:
@@ -172,6 +204,10 @@ def replay_command(
             nc = await connect_for_replay(nats_url, _credentials())
             try:
                 await require_stream(nc, stream)
+                if check and runtime_events_file is None:
+                    runtime_events.update(
+                        await runtime_events_from_nats(nc, agent_events_stream, session_id)
+                    )
                 return await rows_from_nats(nc, stream, session_id)
             finally:
                 await nc.close()
@@ -183,9 +219,17 @@ def replay_command(
     try:
         # --verify runs first: a session that fails it prints no state, only the error.
         divergence = verify(rows) if check else None
+        providers = ProvidersVerdict()
+        if check and divergence is None:
+            config = load_providers_config(providers_config)
+            providers = verify_providers(rows, config, runtime_events)
+            divergence = providers.problem
         if divergence is not None:
             fail(f"verify failed at {divergence}")
         result = replay(rows, Cut(until_seq, at_turn, until_time))
+    except ProvidersConfigError as exc:
+        fail(f"providers config: {exc}")
+        return
     except ReplayError as exc:
         fail(str(exc))
         return
@@ -204,6 +248,18 @@ def replay_command(
             "re-derived",
             highlight=False,
         )
+        if providers.verified or providers.unverifiable:
+            missing = ", ".join(providers.unverifiable[:5])
+            stderr.print(
+                f"verify: {providers.verified} provider evaluation(s) re-derived"
+                + (
+                    f"; {len(providers.unverifiable)} not re-derivable, runtime event "
+                    f"unavailable: {missing}"
+                    if providers.unverifiable
+                    else ""
+                ),
+                highlight=False,
+            )
 
 
 def export_command(

@@ -222,3 +222,50 @@ def print_demo(console: Console, *, show_log: bool = True) -> None:
 
 def _without_session(command: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in command.items() if k != "session_id"}
+
+
+#: Runtime events `reminders up --demo` publishes for the providers service (SPEC §9):
+#: (kind, payload, turn) — a budget reading past 85 %, a truncated tool result, and a user
+#: turn that the example content rule of `up`'s providers.toml matches.
+DEMO_RUNTIME_EVENTS: list[tuple[str, dict[str, Any], int]] = [
+    ("session_start", {"workspace_anchor": "/work/demo-repo", "roots": ["/work/demo-repo"]}, 0),
+    ("budget", {"used_tokens": 172_000, "context_window": 200_000}, 1),
+    (
+        "tool_result",
+        {"tool_name": "grep", "truncated": True, "original_bytes": 48_210, "shown_bytes": 8_192},
+        1,
+    ),
+    ("user_turn", {"text": "Can I export this session for the auditors?"}, 2),
+]
+
+#: The providers configuration `up` writes on first run (when REMINDERS_PROVIDERS_CONFIG is
+#: unset): every built-in with its defaults and one example content rule.
+DEMO_PROVIDERS_TOML = """\
+# Providers configuration for `reminders up` (SPEC §9.4), written on first run: edit freely.
+# Every built-in provider is on; `providers = ["-idle_nudge"]` would disable one.
+# The example rule below answers a user turn that asks about exports.
+[[rules]]
+id = "export-tip"
+when = { content_pattern = "(?i)\\\\bexport" }
+[rules.reminder]
+body = "To hand a session to auditors: `reminders export SESSION -o FILE`."
+ttl_turns = 1
+"""
+
+
+def print_provider_trail(console: Console, kind: str, events: list[dict[str, Any]]) -> None:
+    """One runtime event of the demo: the reminders it caused and its evaluations."""
+    console.rule(f"[bold]runtime event[/bold]  {kind}")
+    for event in events:
+        payload = event["payload"]
+        if event["kind"] == "injected":
+            body = payload["reminder"]["body"].replace("\n", " / ")[:90]
+            console.print(
+                f"  [green]injected[/green]  {payload['reminder_id'][:13]}… "
+                f"tags={payload['tags']} — {body}"
+            )
+        elif event["kind"] == "provider_evaluated":
+            mark = "[green]fired[/green]" if payload["fired"] else "[dim]quiet[/dim]"
+            console.print(f"  {mark:<26} {payload['provider_id']:<22} {payload['reason']}")
+        else:
+            console.print(f"  [cyan]{event['kind']}[/cyan]")

@@ -43,9 +43,7 @@ async def _stream_checks(nc: Client, settings: Settings) -> list[Check]:
         try:
             info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
-            checks.append(
-                Check(f"stream {name}", False, f"missing: {PROVISION_HINT}")
-            )
+            checks.append(Check(f"stream {name}", False, f"missing: {PROVISION_HINT}"))
             continue
         problems = _contradictions(info.config, wanted)
         if problems:

@@ -12,7 +12,7 @@ from rich.console import Console
 from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
 from services.adapters.settings import Settings
 
-SERVICE_NAMES = ("gateway", "projector", "propagator", "observer")
+SERVICE_NAMES = ("gateway", "projector", "propagator", "observer", "providers")
 
 app = typer.Typer(
     name="reminders",
@@ -81,7 +81,7 @@ def up(
 @app.command()
 def serve(
     service: str = typer.Argument(
-        ..., help="Which service to run: gateway, projector, propagator or observer."
+        ..., help="Which service to run: gateway, projector, propagator, observer or providers."
     ),
     nats_url: str | None = nats_option(),
 ) -> None:

@@ -4,8 +4,10 @@ and optionally the demo session driven through the bus."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,13 @@ from rich.console import Console
 
 from cli.demo import (
     DEMO_CHILD,
+    DEMO_PROVIDERS_TOML,
+    DEMO_RUNTIME_EVENTS,
     DEMO_SESSION,
     demo_script,
     print_log,
     print_projection,
+    print_provider_trail,
     print_step,
 )
 from cli.embedded import EmbeddedNats
@@ -39,7 +44,7 @@ from services.adapters.jetstream import read_session
 from services.adapters.settings import Settings
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.
-SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator", "observer")
+SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator", "observer", "providers")
 
 
 class UpError(RuntimeError):
@@ -81,7 +86,8 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
             console.print(f"  {line}", soft_wrap=True, highlight=False)
         for name in SERVICES:
             log_path = settings.data_dir / "logs" / f"{name}.log"
-            system.services.append(spawn_service(name, settings, log_path))
+            extra = providers_env(settings) if name == "providers" else None
+            system.services.append(spawn_service(name, settings, log_path, extra))
         wait_ready(system.services, timeout_s=30)
         system.scrape_targets = settings.data_dir / "prometheus" / "targets.json"
         write_scrape_targets(system.services, system.scrape_targets)
@@ -106,6 +112,48 @@ def provision_summary(done: dict[str, str]) -> list[str]:
     for name, what in done.items():
         by_outcome.setdefault(what, []).append(name)
     return [f"{what}: {', '.join(names)}" for what, names in by_outcome.items()]
+
+
+def providers_env(settings: Settings) -> dict[str, str] | None:
+    """`REMINDERS_PROVIDERS_CONFIG` for the providers service: the one given, else
+    `DATA_DIR/providers.toml`, written with the defaults and an example rule on first run."""
+    if settings.providers_config is not None or os.environ.get("REMINDERS_PROVIDERS_CONFIG"):
+        return None
+    path = settings.data_dir / "providers.toml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(DEMO_PROVIDERS_TOML, encoding="utf-8")
+    return {"REMINDERS_PROVIDERS_CONFIG": str(path.resolve())}
+
+
+async def run_provider_demo(
+    settings: Settings, client: ReminderClient, console: Console
+) -> list[dict[str, Any]]:
+    """Publish the demo's runtime events on a new session and show what each caused."""
+    nc = client.connection
+    session_id = f"demo-providers-{uuid.uuid4().hex[:8]}"
+    console.rule(f"[bold]providers[/bold]: runtime events on {session_id}")
+    seen = 0
+    shown: list[dict[str, Any]] = []
+    for kind, payload, turn in DEMO_RUNTIME_EVENTS:
+        event = await client.publish_runtime_event(session_id, kind, payload, turn=turn)
+        events: list[dict[str, Any]] = []
+        for _ in range(100):  # bounded: 10 s
+            stored = await read_session(nc, settings.stream, session_id, seen)
+            events = [decode(item.envelope).to_wire() for item in stored]
+            if any(
+                e["kind"] == "provider_evaluated"
+                and e["payload"]["runtime_event_id"] == event.event_id
+                for e in events
+            ):
+                seen = stored[-1].stream_seq
+                break
+            await asyncio.sleep(0.1)
+        print_provider_trail(console, kind, events)
+        shown.extend(events)
+    state = await client.call("state", {"session_id": session_id, "timeout_ms": 10000})
+    print_projection(console, session_id, state["state"], {"pendingCount": 0, "injections": []})
+    return shown
 
 
 def _port_free(port: int) -> bool:
@@ -176,6 +224,7 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
             "--format text[/bold]",
             soft_wrap=True,
         )
+        await run_provider_demo(settings, client, console)
     finally:
         await nc.drain()
     return log

@@ -16,8 +16,9 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from contracts.agent_events import AGENT_EVENT_SCHEMA_V1, RuntimeEvent
 from contracts.errors import ErrorCode, ReminderError
-from contracts.subjects import command_subject
+from contracts.subjects import agent_event_subject, command_subject
 from services.adapters.telemetry import inject_traceparent
 
 
@@ -40,6 +41,11 @@ class ReminderClient:
             options["inbox_prefix"] = f"_INBOX.{options['user']}"
         nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3, **options)
         return cls(nc, timeout_s, owns_connection=True)
+
+    @property
+    def connection(self) -> Client:
+        """The nats-py connection the client talks through."""
+        return self._nc
 
     async def close(self) -> None:
         """Close the connection if this client opened it."""
@@ -206,3 +212,57 @@ class ReminderClient:
                 child_turn=child_turn,
             ),
         )
+
+    async def publish_runtime_event(
+        self,
+        session_id: str,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        turn: int,
+        event_id: str | None = None,
+        agent_id: str | None = None,
+        occurred_at: str | None = None,
+    ) -> RuntimeEvent:
+        """Publish one runtime event for the providers service (SPEC §9.1) and wait for the
+        stream's ack. It is validated here first (a bad one raises `ReminderError`
+        `invalid_request`), published on `agent.events.<kind>.<session_token>` with
+        `Nats-Msg-Id` = `event_id`, so a retried publish is stored once."""
+        import uuid
+        from datetime import UTC, datetime
+
+        from pydantic import ValidationError
+
+        raw = {
+            "schema": AGENT_EVENT_SCHEMA_V1,
+            "event_id": event_id or str(uuid.uuid4()),
+            "kind": kind,
+            "session_id": session_id,
+            "agent_id": agent_id,
+            "turn": turn,
+            "occurred_at": occurred_at
+            or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "payload": payload,
+        }
+        try:
+            event = RuntimeEvent.model_validate(raw)
+        except ValidationError as exc:
+            places = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
+            raise ReminderError(
+                ErrorCode.INVALID_REQUEST,
+                f"invalid runtime event at: {', '.join(places)}",
+                {"fields": places},
+            ) from None
+        headers = {"Nats-Msg-Id": event.event_id, **inject_traceparent()}
+        try:
+            await self._nc.jetstream().publish(
+                agent_event_subject(event.kind, event.session_id),
+                orjson.dumps(event.to_wire()),
+                timeout=self._timeout_s,
+                headers=headers,
+            )
+        except (NoRespondersError, NatsTimeoutError) as exc:
+            raise ReminderError(
+                ErrorCode.UNAVAILABLE, f"AGENT_EVENTS did not ack: {type(exc).__name__}"
+            ) from exc
+        return event

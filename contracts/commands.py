@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.errors import ErrorCode, ReminderError, WarningBody
+from contracts.events import EvaluationReason
 from contracts.spec import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_WIRE_INT,
@@ -205,6 +206,57 @@ class PendingInjectionsQuery(Command):
     )
 
 
+class Evaluation(BaseModel):
+    """One provider's evaluation of a runtime event, as the providers service decided it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    provider_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The provider, rule or plug-in id."
+    )
+    event: Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        description="The runtime event kind."
+    )
+    fired: bool = Field(description="Whether the provider produced a reminder.")
+    reason: EvaluationReason = Field(description="Why it fired or not (§9.2).")
+    error: Annotated[str, Field(max_length=1024)] | None = Field(
+        default=None, description="Coded error when it failed."
+    )
+    reminder: dict[str, Any] | None = Field(
+        default=None,
+        description="The reminder to inject when it fired; validated by the gateway, which "
+        "turns a rejected one into `fired: false, reason: malformed_spec`.",
+    )
+    once: bool = Field(
+        default=False,
+        description="A once-latch: the gateway refuses to fire it again in the session.",
+    )
+    level: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(
+        default=None,
+        description="Threshold latch value: the gateway refuses to fire it unless it is "
+        "above the level last recorded for the provider.",
+    )
+
+
+class Evaluate(Command):
+    """Record a runtime event's provider evaluations and inject what fired (SPEC §4.10.1).
+
+    Sent by the providers service only; its `request_id` is derived from `runtime_event_id`.
+    """
+
+    op: ClassVar[str] = "evaluate"
+    turn: Turn = Field(description="The runtime event's turn.")
+    runtime_event_id: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        description="The runtime event evaluated."
+    )
+    view_seq: Annotated[int, Field(ge=0, le=MAX_WIRE_INT)] | None = Field(
+        default=None, description="session_seq of the session view the providers saw."
+    )
+    evaluations: Annotated[list[Evaluation], Field(max_length=64)] = Field(
+        description="Every evaluation, in configuration order."
+    )
+
+
 #: Commands the core decides (they append events).
 DECIDED_COMMANDS: tuple[type[Command], ...] = (
     Inject,
@@ -216,6 +268,7 @@ DECIDED_COMMANDS: tuple[type[Command], ...] = (
     Compact,
     Handoff,
     Inherit,
+    Evaluate,
 )
 _ALL_COMMANDS: tuple[type[Command], ...] = (
     *DECIDED_COMMANDS,

@@ -197,14 +197,47 @@ class Inherited(Payload):
     propagate: Propagate = Field(description="Its propagation.")
 
 
-class ProviderEvaluated(Payload):
-    """A provider was evaluated against a runtime event (SPEC §9)."""
+#: Why a provider fired or not (SPEC §9.2): short, stable codes.
+EvaluationReason = Literal[
+    "fired",
+    "below_threshold",
+    "threshold_already_reported",
+    "predicate_false",
+    "once_latched",
+    "unchanged_durable_reminder",
+    "disabled",
+    "malformed_spec",
+    "provider_error",
+    "budget_exceeded",
+]
 
-    provider_id: str = Field(description="The provider.")
+
+class ProviderEvaluated(Payload):
+    """A provider was evaluated against a runtime event (SPEC §3.5, §9.2).
+
+    `level` and `view_seq` are this build's additions: `level` is the provider's latch value
+    after this evaluation (token_pressure: the highest threshold at or below the reading, in
+    per mille, or null below the lowest), which the fold records so a threshold is never
+    reported twice; `view_seq` is the `session_seq` of the session view the provider saw,
+    so `replay --verify` re-derives the evaluation against exactly that view.
+    """
+
+    provider_id: str = Field(description="The provider (built-in, rule or plug-in id).")
     event: str = Field(description="The runtime event kind.")
-    fired: bool = Field(description="Whether it produced a reminder.")
-    reason: str = Field(description="Why it fired or not.")
-    error: str | None = Field(description="Error code, if it failed.")
+    runtime_event_id: str = Field(description="The runtime event evaluated.")
+    fired: bool = Field(description="Whether it produced a reminder that was injected.")
+    reason: str = Field(
+        description="Why it fired or not: one of the §9.2 codes (`EvaluationReason`); the "
+        "reader accepts any string so a later code never makes an old log unreadable."
+    )
+    reminder_id: str | None = Field(description="The reminder injected, when it fired.")
+    error: str | None = Field(description="Coded error (`HARN-RMD-006 ...`), if it failed.")
+    level: int | None = Field(
+        default=None, description="The provider's latch value after this evaluation."
+    )
+    view_seq: int | None = Field(
+        default=None, description="session_seq of the session view the provider saw."
+    )
 
 
 AnyPayload = (

@@ -145,3 +145,10 @@ class ErrorReply(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The JSON object sent on the bus."""
         return self.model_dump(mode="json")
+
+
+class EvaluateReply(Reply):
+    """Reply to evaluate (SPEC §4.10.1)."""
+
+    injected_ids: list[str] = Field(description="Reminders injected, in evaluation order.")
+    evaluated_count: int = Field(description="`provider_evaluated` events appended.")

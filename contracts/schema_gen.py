@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from contracts import commands, events, replies
+from contracts import agent_events, commands, events, replies
 from contracts.spec import ReminderSpec
 from contracts.state import SessionState
 
@@ -43,8 +43,13 @@ def wire_models() -> dict[str, type[BaseModel]]:
         replies.CompactReply,
         replies.HandoffReply,
         replies.InheritReply,
+        replies.EvaluateReply,
     ):
         models[f"reply.{reply.__name__}"] = reply
+    # Runtime events of the providers service (SPEC §9.1).
+    models["agent_event"] = agent_events.RuntimeEvent
+    for kind, runtime_payload in agent_events.RUNTIME_PAYLOADS.items():
+        models[f"agent_payload.{kind}"] = runtime_payload
     return models
 
 

@@ -86,6 +86,32 @@ class DegradedMark(StateModel):
     code: str = Field(description="Why it was refused.")
 
 
+class ProviderMark(StateModel):
+    """What the log says about one provider in the session (folded from
+    `provider_evaluated`): its once-latch and its threshold latch."""
+
+    fired_count: int = Field(default=0, description="Evaluations that fired (once-latch > 0).")
+    level: int | None = Field(
+        default=None, description="Latch value recorded by its last evaluation."
+    )
+    last_fired_turn: int | None = Field(default=None, description="Turn it last fired.")
+
+
+class ProvidersState(StateModel):
+    """The providers' trail folded into the session (SPEC §9.2–§9.3)."""
+
+    marks: dict[str, ProviderMark] = Field(
+        default_factory=dict, description="Per provider id, its latches."
+    )
+    evaluations: int = Field(default=0, description="`provider_evaluated` events applied.")
+    budget_turn: int | None = Field(
+        default=None, description="The turn `budget_bytes` counts provider bodies for."
+    )
+    budget_bytes: int = Field(
+        default=0, description="UTF-8 bytes of provider bodies injected in `budget_turn`."
+    )
+
+
 class SessionState(StateModel):
     """One session's state, canonical JSON with sorted keys (SPEC §6.2)."""
 
@@ -112,3 +138,9 @@ class SessionState(StateModel):
     nonce: str | None = Field(default=None, description="The session nonce, once decided.")
     degraded: DegradedMark | None = Field(default=None, description="Poison message mark.")
     chain_head: str = Field(default="", description="`chain` of the last applied event.")
+    providers: ProvidersState | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Provider latches and per-turn budget, once a provider was evaluated in "
+        "the session (absent before, so states without providers keep their bytes).",
+    )

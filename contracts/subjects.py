@@ -82,3 +82,34 @@ def dlq_subject(service: str, token: str) -> str:
 def acp_subject(token: str) -> str:
     """`reminders.v1.acp.<token>`: outbound ACP notifications of one session (§8)."""
     return f"{COMMAND_PREFIX}.acp.{token}"
+
+
+# Runtime events of the providers service (SPEC §9.1).
+AGENT_EVENT_PREFIX: Final = "agent.events"
+AGENT_EVENT_SUBJECTS: Final = f"{AGENT_EVENT_PREFIX}.>"
+"""Every runtime event (the `AGENT_EVENTS` stream's subjects; the providers' filter)."""
+DEFAULT_AGENT_EVENTS_STREAM: Final = "AGENT_EVENTS"
+EVALUATE_OP: Final = "evaluate"
+
+
+def agent_event_subject(kind: str, session_id: str) -> str:
+    """`agent.events.<kind>.<session_token>`."""
+    return f"{AGENT_EVENT_PREFIX}.{kind}.{session_token(session_id)}"
+
+
+def agent_event_subject_template() -> str:
+    """`agent.events.{kind}.{session_token}`, for documents (AsyncAPI)."""
+    return f"{AGENT_EVENT_PREFIX}.{{kind}}.{{session_token}}"
+
+
+def parse_agent_event_subject(subject: str) -> tuple[str, str] | None:
+    """`(kind, session_token)` of a well-formed runtime event subject (four tokens), else None."""
+    parts = subject.split(".")
+    if (
+        len(parts) != 4
+        or f"{parts[0]}.{parts[1]}" != AGENT_EVENT_PREFIX
+        or not parts[2]
+        or not parts[3]
+    ):
+        return None
+    return parts[2], parts[3]

@@ -26,6 +26,7 @@ from contracts.replies import (
     EndTurnReply,
     Envelope,
     ErrorReply,
+    EvaluateReply,
     HandoffReply,
     InheritReply,
     InjectedReply,
@@ -35,7 +36,7 @@ from contracts.replies import (
     Reply,
     RevokeReply,
 )
-from contracts.spec import ReminderSpec, ResolvedSpec
+from contracts.spec import ReminderSpec, ResolvedSpec, parse_reminder
 from contracts.state import PendingRow, SessionState
 from core import render as rn
 from core import rules
@@ -594,6 +595,88 @@ def _inherit(batch: Batch, command: cmd.Inherit, config: CoreConfig) -> Reply:
     return InheritReply(session_seq=0, inherited_ids=inherited, skipped_ids=skipped)
 
 
+def _evaluation_fires(
+    batch: Batch, command: cmd.Evaluate, index: int, evaluation: cmd.Evaluation, config: CoreConfig
+) -> tuple[ev.EvaluationReason, str | None, str | None]:
+    """Inject one fired evaluation's reminder; `(reason, reminder_id, error)`.
+
+    The gateway re-checks the latches against the session as it is now (SPEC §9.2), so two
+    replicas of the providers service, or a view that lagged, cannot double-fire; then the
+    reminder goes through the very rules and bounds of a direct inject (§4.2), and one they
+    reject makes the evaluation `malformed_spec` with the rule's code.
+    """
+    mark = rules.provider_mark(batch.scratch.providers, evaluation.provider_id)
+    if evaluation.once and mark.fired_count > 0:
+        return "once_latched", None, None
+    if rules.threshold_reported(mark.level, evaluation.level):
+        return "threshold_already_reported", None, None
+    if evaluation.reminder is None:
+        return "malformed_spec", None, "HARN-RMD-006 a fired evaluation carries no reminder"
+    try:
+        spec, _ = parse_reminder(evaluation.reminder, max_body_bytes=config.max_body_bytes)
+        if spec.id is None:
+            fresh = derived_uuid7(
+                batch.context.occurred_at,
+                "provider",
+                command.runtime_event_id,
+                evaluation.provider_id,
+                str(index),
+            )
+            spec = spec.model_copy(update={"id": fresh})
+        inject = cmd.Inject.model_construct(
+            session_id=command.session_id,
+            agent_id=command.agent_id,
+            task_id=command.task_id,
+            request_id=command.request_id,
+            mode=None,
+            reminder=spec,
+        )
+        reply = _inject(batch, inject, config)
+    except ReminderError as exc:
+        return "malformed_spec", None, f"{exc.code.value} {exc.message}"[:1024]
+    assert isinstance(reply, InjectedReply)
+    return "fired", reply.reminder_id, None
+
+
+def _evaluate(batch: Batch, command: cmd.Evaluate, config: CoreConfig) -> Reply:
+    """Per evaluation in order: `deduped`? + `injected` when it fired, then one
+    `provider_evaluated` (SPEC §4.10.1)."""
+    injected: list[str] = []
+    for index, evaluation in enumerate(command.evaluations):
+        reason: ev.EvaluationReason = evaluation.reason
+        reminder_id: str | None = None
+        error = evaluation.error
+        level = evaluation.level
+        if evaluation.fired:
+            reason, reminder_id, refused = _evaluation_fires(
+                batch, command, index, evaluation, config
+            )
+            error = refused or error
+            if reminder_id is None:
+                # Nothing went live: the latch does not advance.
+                level = rules.provider_mark(batch.scratch.providers, evaluation.provider_id).level
+            else:
+                injected.append(reminder_id)
+        elif reason == "fired":
+            reason, error = "provider_error", error or "an evaluation that did not fire"
+        batch.emit(
+            ev.ProviderEvaluated(
+                provider_id=evaluation.provider_id,
+                event=evaluation.event,
+                runtime_event_id=command.runtime_event_id,
+                fired=reminder_id is not None,
+                reason=reason,
+                reminder_id=reminder_id,
+                error=error,
+                level=level,
+                view_seq=command.view_seq,
+            )
+        )
+    return EvaluateReply(
+        session_seq=0, injected_ids=injected, evaluated_count=len(command.evaluations)
+    )
+
+
 Decider = Callable[[Batch, Any, CoreConfig], Reply]
 
 #: One decider per command the core decides; a unit test checks none is missing.
@@ -607,6 +690,7 @@ DECIDERS: dict[type[cmd.Command], Decider] = {
     cmd.Compact: _compact,
     cmd.Handoff: _handoff,
     cmd.Inherit: _inherit,
+    cmd.Evaluate: _evaluate,
 }
 
 

@@ -20,6 +20,8 @@ from contracts.state import (
     DeliveredDigest,
     DeliveredEnvelope,
     PendingRow,
+    ProviderMark,
+    ProvidersState,
     QueuedRow,
     RecentReply,
     SessionState,
@@ -73,6 +75,7 @@ class Scratch:
     nonce: str | None
     degraded: DegradedMark | None
     chain_head: str
+    providers: ProvidersState | None
     _seen: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
@@ -231,8 +234,31 @@ def _inherited(s: Scratch, p: ev.Inherited, event: ev.Event) -> None:
         s.inherited_from.append(event.command_id)
 
 
-def _provider_evaluated(s: Scratch, p: ev.ProviderEvaluated, _: ev.Event) -> None:
-    """Recorded for the audit trail only."""
+def _provider_evaluated(s: Scratch, p: ev.ProviderEvaluated, event: ev.Event) -> None:
+    """Record the provider's latches exactly as the payload states them: a fired evaluation
+    counts towards its once-latch and the per-turn byte budget (the body is the one its
+    `injected` event, earlier in the same batch, made live); every evaluation records its
+    `level` (a lower reading re-arms a threshold)."""
+    providers = s.providers or ProvidersState()
+    mark = providers.marks.get(p.provider_id) or ProviderMark()
+    budget_turn, budget_bytes = providers.budget_turn, providers.budget_bytes
+    if p.fired:
+        mark = mark.model_copy(
+            update={"fired_count": mark.fired_count + 1, "last_fired_turn": event.turn}
+        )
+        body = next((row.spec.body for row in s.pending if row.spec.id == p.reminder_id), "")
+        if budget_turn != event.turn:
+            budget_turn, budget_bytes = event.turn, 0
+        budget_bytes += len(body.encode("utf-8"))
+    mark = mark.model_copy(update={"level": p.level})
+    s.providers = providers.model_copy(
+        update={
+            "marks": {**providers.marks, p.provider_id: mark},
+            "evaluations": providers.evaluations + 1,
+            "budget_turn": budget_turn,
+            "budget_bytes": budget_bytes,
+        }
+    )
 
 
 Handler = Callable[[Scratch, Any, ev.Event], None]

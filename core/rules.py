@@ -13,8 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts.commands import ClearSelector
-from contracts.spec import DeliveryMode, ResolvedSpec
-from contracts.state import DeliveredDigest, DeliveredEnvelope, PendingRow, QueuedRow
+from contracts.spec import DeliveryMode, ReminderSpec, ResolvedSpec
+from contracts.state import (
+    DeliveredDigest,
+    DeliveredEnvelope,
+    PendingRow,
+    ProviderMark,
+    ProvidersState,
+    QueuedRow,
+)
 from core.size import spec_bytes
 
 #: Which queued modes each seam drains (SPEC §4.4).
@@ -308,3 +315,44 @@ def rebuilt_reply(
         ):
             return {**reply, "envelope": {"text": row.text, **envelope}}
     return None
+
+
+def provider_mark(providers: ProvidersState | None, provider_id: str) -> ProviderMark:
+    """The latches the log recorded for one provider in the session (SPEC §9.2)."""
+    if providers is None:
+        return ProviderMark()
+    return providers.marks.get(provider_id) or ProviderMark()
+
+
+def threshold_reported(recorded: int | None, level: int | None) -> bool:
+    """Whether a threshold `level` was already reported: fire only above the recorded level
+    (a lower reading recorded a lower level, or none, and so re-armed it)."""
+    return level is not None and recorded is not None and recorded >= level
+
+
+#: Fields that must match for a durable provider reminder to count as unchanged (§9.3).
+_DURABLE_FIELDS = ("tags", "authority", "role_hint", "propagate", "source")
+
+
+def is_durable(spec: ReminderSpec) -> bool:
+    """A reminder that lives until cleared: preserved on compaction, no TTL."""
+    return spec.preserve_on_compact and spec.ttl_turns is None
+
+
+def unchanged_durable(pending: Sequence[PendingRow], spec: ReminderSpec) -> bool:
+    """Whether a durable reminder is already live with the same dedupe key, body and fields
+    (`reason: unchanged_durable_reminder`, SPEC §9.3): injecting it again changes nothing."""
+    if not is_durable(spec) or spec.dedupe_key is None:
+        return False
+    return any(
+        is_durable(row.spec)
+        and row.spec.dedupe_key == spec.dedupe_key
+        and row.spec.body == spec.body
+        and all(getattr(row.spec, name) == getattr(spec, name) for name in _DURABLE_FIELDS)
+        for row in pending
+    )
+
+
+def live_with_key(pending: Sequence[PendingRow], dedupe_key: str) -> list[PendingRow]:
+    """Live reminders carrying `dedupe_key`, in injection order."""
+    return [row for row in pending if row.spec.dedupe_key == dedupe_key]

@@ -73,7 +73,21 @@ def describe(event: ev.Event) -> str:
     if isinstance(p, ev.Inherited):
         return f"{p.reminder_id} inherited from {p.parent_session_id} ({p.propagate})"
     assert isinstance(p, ev.ProviderEvaluated)
-    return f"provider {p.provider_id} on {p.event}: {'fired' if p.fired else 'quiet'} ({p.reason})"
+    outcome = f"fired → {p.reminder_id}" if p.fired else f"quiet ({p.reason})"
+    if p.fired and p.reason != "fired":
+        outcome += f" ({p.reason})"
+    error = f" [{_short(p.error, 120)}]" if p.error else ""
+    return f"provider {p.provider_id} on {p.event} {p.runtime_event_id}: {outcome}{error}"
+
+
+def provider_trail(events: Iterable[ev.Event]) -> str | None:
+    """One line of a turn's provider evaluations: which fired, which were skipped and why."""
+    parts = [
+        f"{e.payload.provider_id} {e.payload.reason}"
+        for e in events
+        if isinstance(e.payload, ev.ProviderEvaluated)
+    ]
+    return "providers: " + ", ".join(parts) if parts else None
 
 
 def _by_turn(events: Iterable[ev.Event]) -> list[tuple[int, list[ev.Event]]]:
@@ -93,6 +107,9 @@ def text_report(session_id: str, result: ReplayResult) -> str:
             lines.append(f"  #{event.session_seq:<4} {event.kind:<12} {describe(event)}")
             if isinstance(event.payload, ev.Delivered):
                 lines.extend("      | " + line for line in event.payload.text.split("\n"))
+        trail = provider_trail(group)
+        if trail is not None:
+            lines.append(f"  {trail}")
     lines.append("")
     live = ", ".join(row.spec.id or "" for row in result.state.pending) or "none"
     queued = ", ".join(row.reminder.id or "" for row in result.state.queued) or "none"
@@ -206,6 +223,9 @@ def html_report(session_id: str, result: ReplayResult) -> str:
                     f'<pre class="envelope" data-turn="{event.payload.turn_number}" '
                     f'data-directives="{e(ids)}">{e(event.payload.text)}</pre>'
                 )
+        trail = provider_trail(group)
+        if trail is not None:
+            parts.append(f'<p class="provider-trail" data-turn="{turn}">{e(trail)}</p>')
         parts.append("</div>")
     parts.append('</section><section id="lives"><h2>Each reminder, from injection to expiry</h2>')
     parts.append("<table><tr><th>reminder</th><th>body</th><th>life</th></tr>")

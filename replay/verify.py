@@ -16,16 +16,20 @@ changed in the core is never flagged as a divergence of the logs it writes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import groupby
 
 from pydantic import ValidationError
 
 from contracts import events as ev
+from contracts.agent_events import RuntimeEvent
+from contracts.commands import Evaluate
 from contracts.state import PendingRow, SessionState
-from core import fold_all, rules
+from core import CommandContext, decide, fold_all, rules
 from core.canonical import links, sha256_hex
 from core.fold import Scratch, apply_event
+from core.providers import ProvidersConfig, default_config, evaluate_event
 from core.redact import markers, redact
 from core.render import envelope_text, is_spoofing, render_candidates, speaker_for
 from replay.engine import decode_rows
@@ -253,3 +257,90 @@ def verify(rows: Sequence[Row]) -> str | None:
         state = fold_all(state, group)
         position += len(group)
     return None
+
+
+# --- providers (SPEC §9): re-derive every recorded evaluation -----------------------------
+
+
+@dataclass
+class ProvidersVerdict:
+    """What re-deriving the provider evaluations found."""
+
+    problem: str | None = None
+    verified: int = 0
+    unverifiable: list[str] = field(default_factory=list)
+
+
+def _evaluate_groups(events: Sequence[ev.Event]) -> list[tuple[int, list[ev.Event]]]:
+    """(index of the first event, events) of every `evaluate` command in the log."""
+    found: list[tuple[int, list[ev.Event]]] = []
+    position = 0
+    for _, grouped in groupby(events, key=lambda event: event.command_id):
+        group = list(grouped)
+        if any(isinstance(e.payload, ev.ProviderEvaluated) for e in group):
+            found.append((position, group))
+        position += len(group)
+    return found
+
+
+def verify_providers(
+    rows: Sequence[Row],
+    config: ProvidersConfig | None = None,
+    runtime_events: Mapping[str, RuntimeEvent] | None = None,
+) -> ProvidersVerdict:
+    """Re-derive every `evaluate` command of the log with the current provider code and
+    `config` (the default configuration when None): the providers are evaluated again on the
+    session view they saw (`view_seq`) and the runtime event (from `runtime_events`, by id),
+    the `evaluate` decider runs again on the state before the command, and its events must be
+    the recorded ones. A runtime event that is not available (AGENT_EVENTS keeps them 7
+    days) cannot be re-derived: it is listed, not counted as a divergence."""
+    config = config or default_config()
+    runtime_events = runtime_events or {}
+    events = decode_rows(rows)
+    verdict = ProvidersVerdict()
+    for start, group in _evaluate_groups(events):
+        first = next(e.payload for e in group if isinstance(e.payload, ev.ProviderEvaluated))
+        assert isinstance(first, ev.ProviderEvaluated)
+        runtime_event = runtime_events.get(first.runtime_event_id)
+        if runtime_event is None:
+            verdict.unverifiable.append(first.runtime_event_id)
+            continue
+        view = fold_all(SessionState(), events[: first.view_seq or 0])
+        before = fold_all(SessionState(), events[:start])
+        evaluations = evaluate_event(view, runtime_event, config)
+        command = Evaluate(
+            session_id=group[0].session_id,
+            agent_id=runtime_event.agent_id,
+            request_id=group[0].request_id,
+            turn=runtime_event.turn,
+            runtime_event_id=runtime_event.event_id,
+            view_seq=first.view_seq,
+            evaluations=evaluations,
+        )
+        context = CommandContext(
+            command_id=group[0].command_id,
+            occurred_at=group[0].occurred_at,
+            new_reminder_id=group[0].command_id,
+        )
+        expected = decide(before, command, context).events
+        for offset, recorded in enumerate(group):
+            again = expected[offset] if offset < len(expected) else None
+            if again is None or (again.kind, again.payload) != (recorded.kind, recorded.payload):
+                what = (
+                    "no such event"
+                    if again is None
+                    else f"{again.kind} {again.payload.model_dump(mode='json')}"
+                )
+                verdict.problem = (
+                    f"{_name(rows[start + offset])}: runtime event {first.runtime_event_id} "
+                    f"re-evaluated with the current providers gives {what}"
+                )
+                return verdict
+        if len(expected) != len(group):
+            verdict.problem = (
+                f"{_name(rows[start])}: runtime event {first.runtime_event_id} re-evaluated "
+                f"gives {len(expected)} events, the log has {len(group)}"
+            )
+            return verdict
+        verdict.verified += 1
+    return verdict

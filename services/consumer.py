@@ -90,6 +90,19 @@ class EventConsumer:
 
     async def run(self, runtime: Runtime, handle: Handler, stop: asyncio.Event) -> None:
         """Fetch, handle and settle until `stop` is set (within about a second)."""
+        await self.run_messages(runtime, lambda message: self._outcome(message, handle), stop)
+
+    async def run_messages(
+        self,
+        runtime: Runtime,
+        outcome_of: Callable[[Msg], Awaitable[Outcome]],
+        stop: asyncio.Event,
+        key_of: Callable[[Msg], str] | None = None,
+    ) -> None:
+        """The same loop for a stream whose messages are not ledger events (the providers'
+        runtime events): `outcome_of` decodes one message and handles it. With `key_of`,
+        the messages of one fetched batch are settled concurrently across keys (e.g.
+        sessions), in delivery order within a key."""
         subscription = await runtime.js.pull_subscribe_bind(
             durable=self.durable.name, stream=self.durable.stream
         )
@@ -103,16 +116,29 @@ class EventConsumer:
                     log.warning("fetch failed", extra={"error": type(exc).__name__})
                     await asyncio.sleep(0.5)
                     continue
+                if key_of is None:
+                    for message in messages:
+                        await self._settle(runtime, message, outcome_of)
+                    continue
+                lanes: dict[str, list[Msg]] = {}
                 for message in messages:
-                    await self._settle(runtime, message, handle)
+                    lanes.setdefault(key_of(message), []).append(message)
+
+                async def settle_lane(lane: list[Msg]) -> None:
+                    for message in lane:
+                        await self._settle(runtime, message, outcome_of)
+
+                await asyncio.gather(*(settle_lane(lane) for lane in lanes.values()))
         finally:
             await subscription.unsubscribe()
 
-    async def _settle(self, runtime: Runtime, message: Msg, handle: Handler) -> None:
+    async def _settle(
+        self, runtime: Runtime, message: Msg, outcome_of: Callable[[Msg], Awaitable[Outcome]]
+    ) -> None:
         span = consumer_span(self.tracer, message.subject, message.headers, self.durable.name)
         try:
             with trace.use_span(span, end_on_exit=True) if span else nullcontext():
-                outcome = await self._outcome(message, handle)
+                outcome = await outcome_of(message)
             if outcome.action == "ack":
                 await message.ack()
             elif outcome.action == "retry":

@@ -9,6 +9,7 @@ from services.gateway.app import Gateway
 from services.observer.app import Observer
 from services.projector.app import ProjectorWorker
 from services.propagator.app import Propagator
+from services.providers.app import Providers
 from services.runtime import Worker
 
 WORKERS: dict[str, Callable[[Settings], Worker]] = {
@@ -16,4 +17,5 @@ WORKERS: dict[str, Callable[[Settings], Worker]] = {
     "projector": ProjectorWorker,
     "propagator": Propagator,
     "observer": Observer,
+    "providers": Providers,
 }

@@ -34,6 +34,7 @@ from nats.js.errors import NotFoundError
 from contracts.events import Event
 from contracts.stored import StoredEvent
 from contracts.subjects import (
+    AGENT_EVENT_SUBJECTS,
     AUDIT_SUBJECTS,
     DLQ_SUBJECTS,
     EVENT_SUBJECTS,
@@ -121,6 +122,21 @@ def side_stream_configs(settings: Settings) -> list[StreamConfig]:
     ]
 
 
+def agent_events_stream_config(settings: Settings) -> StreamConfig:
+    """`AGENT_EVENTS` (SPEC §9.1): runtime events, file storage, limits retention, max age
+    7 days by default, deduplicated on `Nats-Msg-Id` (the runtime event id) for 2 minutes."""
+    return StreamConfig(
+        name=settings.agent_events_stream,
+        subjects=[AGENT_EVENT_SUBJECTS],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        num_replicas=settings.replicas,
+        max_age=settings.agent_events_max_age_s,
+        allow_direct=True,
+        duplicate_window=120.0,
+    )
+
+
 def _contradictions(existing: StreamConfig, wanted: StreamConfig) -> list[str]:
     """Differences that an update cannot or must not fix."""
     problems = []
@@ -145,6 +161,8 @@ def _needs_update(existing: StreamConfig, wanted: StreamConfig) -> bool:
     if any(bool(getattr(existing, key)) != bool(getattr(wanted, key)) for key in keys[:4]):
         return True
     if (existing.num_replicas or 1) != (wanted.num_replicas or 1):
+        return True
+    if wanted.max_age and abs((existing.max_age or 0) - wanted.max_age) > 1e-3:
         return True
     if not wanted.duplicate_window:
         return False
@@ -210,6 +228,11 @@ async def provision(
     done = {settings.stream: await ensure_stream(js, event_stream_config(settings), check=check)}
     for config in side_stream_configs(settings):
         done[config.name or ""] = await ensure_stream(js, config, check=check)
+    if not check:
+        # Only the providers service reads AGENT_EVENTS, and it checks it through its own
+        # durable consumer; other services have no right to look at that stream.
+        agent_events = agent_events_stream_config(settings)
+        done[agent_events.name or ""] = await ensure_stream(js, agent_events)
     done[f"KV_{settings.kv_bucket}"] = await ensure_bucket(js, settings, check=check)
     return done
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.subjects import (
+    DEFAULT_AGENT_EVENTS_STREAM,
     DEFAULT_AUDIT_STREAM,
     DEFAULT_BUCKET,
     DEFAULT_DLQ_STREAM,
@@ -31,6 +32,15 @@ class Settings(BaseModel):
     dlq_stream: str = Field(default=DEFAULT_DLQ_STREAM, description="REMINDERS_DLQ_STREAM")
     audit_stream: str = Field(default=DEFAULT_AUDIT_STREAM, description="REMINDERS_AUDIT_STREAM")
     kv_bucket: str = Field(default=DEFAULT_BUCKET, description="REMINDERS_KV_BUCKET")
+    agent_events_stream: str = Field(
+        default=DEFAULT_AGENT_EVENTS_STREAM, description="REMINDERS_AGENT_EVENTS_STREAM"
+    )
+    agent_events_max_age_s: float = Field(
+        default=7 * 24 * 3600.0, gt=0, description="REMINDERS_AGENT_EVENTS_MAX_AGE_S"
+    )
+    providers_config: Path | None = Field(
+        default=None, description="REMINDERS_PROVIDERS_CONFIG (TOML; none: the defaults)"
+    )
     replicas: int = Field(default=1, ge=1, le=5, description="REMINDERS_REPLICAS")
     data_dir: Path = Field(default=Path("./data"), description="REMINDERS_DATA_DIR")
     http_host: str = Field(default="127.0.0.1", description="REMINDERS_HTTP_HOST")
@@ -78,6 +88,9 @@ class Settings(BaseModel):
             "REMINDERS_DLQ_STREAM": "dlq_stream",
             "REMINDERS_AUDIT_STREAM": "audit_stream",
             "REMINDERS_KV_BUCKET": "kv_bucket",
+            "REMINDERS_AGENT_EVENTS_STREAM": "agent_events_stream",
+            "REMINDERS_AGENT_EVENTS_MAX_AGE_S": "agent_events_max_age_s",
+            "REMINDERS_PROVIDERS_CONFIG": "providers_config",
             "REMINDERS_REPLICAS": "replicas",
             "REMINDERS_DATA_DIR": "data_dir",
             "REMINDERS_HTTP_HOST": "http_host",

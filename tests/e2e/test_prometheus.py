@@ -29,7 +29,7 @@ from client.sdk import ReminderClient
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
-SERVICES = {"gateway", "projector", "propagator", "observer"}
+SERVICES = {"gateway", "projector", "propagator", "observer", "providers"}
 PROMETHEUS = shutil.which("prometheus")
 
 pytestmark = pytest.mark.skipif(

@@ -21,7 +21,17 @@ from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 ROOT = Path(__file__).resolve().parents[2]
-USERS = ("admin", "gateway", "projector", "propagator", "observer", "client", "replay", "operator")
+USERS = (
+    "admin",
+    "gateway",
+    "projector",
+    "propagator",
+    "observer",
+    "providers",
+    "client",
+    "replay",
+    "operator",
+)
 
 
 def password(user: str) -> str:
@@ -298,6 +308,61 @@ async def test_every_denial_of_the_least_privilege_rules_holds_on_a_real_server(
         names = await operator.jetstream().consumers_info("REMINDERS")
         assert {info.name for info in names} == {"projector", "propagator", "observer"}
         for connection in (operator, spy, client_nc, auditor):
+            await connection.close()
+    finally:
+        runner.stop_all()
+
+
+async def test_the_providers_service_works_under_its_own_user_and_no_more(
+    secured_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    settings = Settings.from_env({}, nats_url=secured_server.url)
+    runner = ServiceRunner(settings, tmp_path / "logs")
+    try:
+        for service in ("gateway", "projector", "providers"):
+            runner.start(service, extra_env=as_user(service))
+        client_nc = await connect_as(secured_server, "client")
+        client = ReminderClient(client_nc)
+        # A host publishes a runtime event; the providers service turns it into a reminder.
+        await client.publish_runtime_event(
+            "secure-rt",
+            "tool_result",
+            {"tool_name": "bash", "truncated": True},
+            turn=1,
+            event_id="rt-secure",
+        )
+        for _ in range(200):
+            state = (await client.call("state", {"session_id": "secure-rt"}))["state"]
+            if state["counters"].get("provider_evaluated", 0) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert [row["spec"]["tags"] for row in state["pending"]] == [["truncation"]]
+        # The providers user may evaluate and query, and nothing else of note.
+        providers = await connect_as(secured_server, "providers")
+        for subject in (
+            "transcript.reminder.injected.secure-rt",
+            "reminders.v1.inject",
+            "reminders.v1.inherit",
+            "reminders.v1.forget",
+            "reminders.v1.acp.secure-rt",
+            "agent.events.budget.secure-rt",
+            "$JS.API.STREAM.DELETE.AGENT_EVENTS",
+            "$JS.API.STREAM.PURGE.AGENT_EVENTS",
+            "$JS.API.CONSUMER.DELETE.AGENT_EVENTS.providers",
+            "$JS.API.CONSUMER.CREATE.AGENT_EVENTS.rogue",
+            "$JS.API.CONSUMER.MSG.NEXT.REMINDERS.projector",
+        ):
+            assert await denied(providers, subject), subject
+        for pattern in ("_INBOX.gateway.>", "_INBOX.client.>", "agent.events.>"):
+            await providers.subscribe(pattern)
+        await providers.flush()
+        await asyncio.sleep(0.2)
+        assert len(violations(providers)) >= 3
+        # Nobody else evaluates, and other services cannot read runtime events.
+        assert await denied(client_nc, "reminders.v1.evaluate")
+        observer = await connect_as(secured_server, "observer")
+        assert await denied(observer, "$JS.API.CONSUMER.MSG.NEXT.AGENT_EVENTS.providers")
+        for connection in (client_nc, providers, observer):
             await connection.close()
     finally:
         runner.stop_all()

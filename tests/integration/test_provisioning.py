@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from nats.aio.client import Client
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from services.adapters.jetstream import ProvisionError, event_stream_config, provision
 from services.adapters.settings import Settings
@@ -20,6 +20,7 @@ async def test_provisioning_creates_the_streams_the_spec_describes(
         "REMINDERS_DLQ": "created",
         "REMINDERS_AUDIT": "created",
         "KV_REMINDER_SESSIONS": "created",
+        "AGENT_EVENTS": "created",
     }
     config = (await nc.jetstream().stream_info("REMINDERS")).config
     assert config.subjects == ["transcript.reminder.>"]
@@ -34,6 +35,12 @@ async def test_provisioning_creates_the_streams_the_spec_describes(
     assert dlq.subjects == ["reminders.dlq.>"]
     audit = (await nc.jetstream().stream_info("REMINDERS_AUDIT")).config
     assert audit.subjects == ["reminders.audit.>"]
+    # The providers' runtime events (SPEC §9.1): file storage, limits retention, 7 days.
+    agent = (await nc.jetstream().stream_info("AGENT_EVENTS")).config
+    assert agent.subjects == ["agent.events.>"]
+    assert agent.storage == StorageType.FILE
+    assert agent.retention == RetentionPolicy.LIMITS
+    assert agent.max_age == 7 * 24 * 3600
 
 
 async def test_provisioning_twice_changes_nothing(nc: Client, settings: Settings) -> None:

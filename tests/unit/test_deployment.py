@@ -34,7 +34,7 @@ IMAGE = "reminder-ledger"
 HTTP_PORT = 8080
 OTLP_HTTP_PORT = 4318
 #: The long-running services of SPEC §6.1, one Deployment and one compose container each.
-SERVICES = ("gateway", "projector", "propagator", "observer")
+SERVICES = ("gateway", "projector", "propagator", "observer", "providers")
 
 Doc = dict[str, Any]
 

@@ -628,6 +628,32 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "forget": {"session_id": SESSION},
     "state": {"session_id": SESSION, "min_seq": 1, "timeout_ms": 10},
     "pending_injections": {"session_id": SESSION, "timeout_ms": 10},
+    "evaluate": {
+        "session_id": SESSION,
+        "turn": 3,
+        "runtime_event_id": "rt-1",
+        "view_seq": 2,
+        "evaluations": [
+            {
+                "provider_id": "token_pressure",
+                "event": "budget",
+                "fired": True,
+                "reason": "fired",
+                "level": 850,
+                "reminder": {
+                    "body": "context 86% full",
+                    "tags": ["token_pressure"],
+                    "ttl_turns": 2,
+                },
+            },
+            {
+                "provider_id": "workspace_anchor",
+                "event": "budget",
+                "fired": False,
+                "reason": "predicate_false",
+            },
+        ],
+    },
 }
 assert set(TEMPLATES) == set(COMMANDS)
 

@@ -1,0 +1,163 @@
+"""Runtime events per second through the providers service, beside the gateway's own rate
+for the commands the service sends, in the same run on the same server.
+
+    python -m bench.providers_throughput [--events 2000] [--sessions 500] [--concurrency 256]
+
+- `gateway_evaluate_commands_per_s`: single-evaluation `evaluate` commands (each firing one
+  reminder: `injected` + `provider_evaluated`), sent straight to a gateway process by
+  `--concurrency` concurrent requesters over `--sessions` sessions — the ceiling the providers
+  service could reach.
+- `runtime_events_per_s`: `session_idle` runtime events (one subscribed provider, idle_nudge,
+  which fires) published to AGENT_EVENTS over `--sessions` sessions, timed from the first
+  publish until the last event's `provider_evaluated` is stored in REMINDERS — through the
+  providers process (state query + evaluation + one evaluate per event), the gateway and the
+  projector, each its own process.
+- `ratio`: runtime_events_per_s / gateway_evaluate_commands_per_s (target ≥ 0.8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+import orjson
+
+from bench.common import embedded_server, emit, rate
+from cli.provision import provision_all
+from cli.supervisor import spawn_service, stop_all, wait_ready
+from client.sdk import ReminderClient
+from services.adapters.settings import Settings
+
+
+def evaluate_command(session_id: str, n: int) -> dict[str, object]:
+    return {
+        "session_id": session_id,
+        "request_id": f"evaluate:direct-{n}",
+        "turn": 1,
+        "runtime_event_id": f"direct-{n}",
+        "view_seq": 0,
+        "evaluations": [
+            {
+                "provider_id": "idle_nudge",
+                "event": "session_idle",
+                "fired": True,
+                "reason": "fired",
+                "reminder": {
+                    "body": "The session has been idle for 120 seconds.",
+                    "tags": ["idle"],
+                    "dedupe_key": "idle_nudge",
+                    "ttl_turns": 1,
+                    "propagate": "none",
+                    "source": "stdlib_provider",
+                },
+            }
+        ],
+    }
+
+
+async def gateway_rate(url: str, events: int, sessions: int, concurrency: int) -> tuple[float, int]:
+    nc = await nats.connect(url)
+    failed = 0
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for n in range(events):
+        queue.put_nowait(n)
+
+    async def worker() -> None:
+        nonlocal failed
+        while not queue.empty():
+            n = queue.get_nowait()
+            command = evaluate_command(f"direct-{n % sessions}", n)
+            response = await nc.request("reminders.v1.evaluate", orjson.dumps(command), timeout=30)
+            failed += 0 if orjson.loads(response.data).get("ok") else 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    await nc.close()
+    return rate(events, elapsed), failed
+
+
+async def providers_rate(url: str, settings: Settings, events: int, sessions: int) -> float:
+    nc = await nats.connect(url)
+    client = ReminderClient(nc, timeout_s=30)
+    js = nc.jetstream()
+    started = time.perf_counter()
+    pending = []
+    for n in range(events):
+        pending.append(
+            client.publish_runtime_event(
+                f"rt-{n % sessions}",
+                "session_idle",
+                {"idle_seconds": 120},
+                turn=n // sessions,
+                event_id=f"rt-{n}",
+            )
+        )
+        if len(pending) >= 256:
+            await asyncio.gather(*pending)
+            pending = []
+    await asyncio.gather(*pending)
+    # Each session's runtime events are evaluated in order: done when every session's last
+    # one has its provider_evaluated stored.
+    waiting = {n % sessions: f"rt-{n}" for n in range(events)}
+    while waiting:
+        for lane, event_id in list(waiting.items()):
+            try:
+                stored = await js.get_last_msg(
+                    settings.stream, f"transcript.reminder.provider_evaluated.rt-{lane}"
+                )
+            except nats.js.errors.NotFoundError:
+                continue
+            if f'"{event_id}"'.encode() in (stored.data or b""):
+                del waiting[lane]
+        if waiting:
+            await asyncio.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    await nc.close()
+    return rate(events, elapsed)
+
+
+async def measure(events: int, sessions: int, concurrency: int) -> dict[str, object]:
+    with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
+        settings = Settings.from_env({}, nats_url=server.url)
+        nc = await nats.connect(server.url)
+        await provision_all(nc, settings)
+        await nc.close()
+        services = [
+            spawn_service(name, settings, Path(logs) / f"{name}.log")
+            for name in ("gateway", "projector", "providers")
+        ]
+        try:
+            wait_ready(services, timeout_s=30)
+            await gateway_rate(server.url, 200, sessions, concurrency)  # warm-up
+            gateway, failed = await gateway_rate(server.url, events, sessions, concurrency)
+            runtime = await providers_rate(server.url, settings, events, sessions)
+        finally:
+            stop_all(services)
+    return {
+        "events": events,
+        "sessions": sessions,
+        "concurrency": concurrency,
+        "gateway_evaluate_commands_per_s": gateway,
+        "gateway_failed_commands": failed,
+        "runtime_events_per_s": runtime,
+        "ratio": round(runtime / gateway, 2) if gateway else 0.0,
+        "target_ratio": 0.8,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--sessions", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=256)
+    args = parser.parse_args()
+    emit("providers_throughput", asyncio.run(measure(args.events, args.sessions, args.concurrency)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""The providers of SPEC §9 as pure functions: built-ins, declarative rules, plug-in wrapping,
+configuration and `evaluate_event`. Imports only `contracts` and `core`; no I/O."""
+
+from core.providers.config import (
+    MAX_ENABLED,
+    ProvidersConfig,
+    ProvidersConfigError,
+    build_config,
+    default_config,
+    parse_config,
+)
+from core.providers.evaluate import evaluate_event, evaluation_request_id
+from core.providers.model import Outcome, PluginFn, Provider, fired, skipped
+
+__all__ = [
+    "MAX_ENABLED",
+    "Outcome",
+    "PluginFn",
+    "Provider",
+    "ProvidersConfig",
+    "ProvidersConfigError",
+    "build_config",
+    "default_config",
+    "evaluate_event",
+    "evaluation_request_id",
+    "fired",
+    "parse_config",
+    "skipped",
+]

@@ -1,0 +1,120 @@
+"""`evaluate_event(view, runtime event, config) -> evaluations`: the providers, pure.
+
+For each provider subscribed to the event's kind, in configuration order (SPEC §9.2): a
+disabled built-in is recorded as `disabled`; an enabled one is called, and its outcome checked
+here, once, for every provider alike:
+
+- an exception from the provider → `provider_error` (its type name, never its message);
+- a reminder for an observational event (`worker_lifecycle`) → `malformed_spec`, HARN-RMD-008;
+- a reminder that is not a valid ReminderSpec → `malformed_spec`, HARN-RMD-006;
+- a `once` provider that already fired in the session → `once_latched`;
+- a durable reminder (`preserve_on_compact`, no TTL) already live with the same dedupe key,
+  body and fields → `unchanged_durable_reminder`;
+- past `max_bytes_per_turn` of provider bodies in the session and turn → `budget_exceeded`.
+
+The result is the `evaluations` list of one `evaluate` command; the gateway applies the §4.2
+rules to each fired reminder and re-checks the latches when it decides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.agent_events import OBSERVATIONAL_KINDS, RuntimeEvent
+from contracts.commands import Evaluation
+from contracts.errors import ReminderError
+from contracts.spec import parse_reminder
+from contracts.state import SessionState
+from core.providers.config import ProvidersConfig
+from core.providers.model import Outcome, Provider
+from core.rules import provider_mark, unchanged_durable
+
+
+def evaluation_request_id(runtime_event_id: str) -> str:
+    """The `evaluate` command's request id: a redelivered runtime event is answered from the
+    log (SPEC §4.10.1)."""
+    return f"evaluate:{runtime_event_id}"
+
+
+def _call(provider: Provider, view: SessionState, event: RuntimeEvent) -> Outcome:
+    try:
+        return provider.fn(view, event, provider.config)
+    except Exception as exc:  # a provider's bug is recorded, never raised
+        return Outcome("provider_error", error=f"provider raised {type(exc).__name__}")
+
+
+def _spent(view: SessionState, turn: int) -> int:
+    providers = view.providers
+    if providers is None or providers.budget_turn != turn:
+        return 0
+    return providers.budget_bytes
+
+
+def evaluate_event(
+    view: SessionState, event: RuntimeEvent, config: ProvidersConfig
+) -> list[Evaluation]:
+    """Every evaluation of one runtime event, in configuration order."""
+    evaluations: list[Evaluation] = []
+    spent = _spent(view, event.turn)
+    disabled = {provider.id for provider in config.disabled}
+    for provider in config.order:
+        if event.kind not in provider.subscribes:
+            continue
+        common: dict[str, Any] = {
+            "provider_id": provider.id,
+            "event": event.kind,
+            "once": provider.once,
+        }
+        if provider.id in disabled:
+            evaluations.append(Evaluation(**common, fired=False, reason="disabled"))
+            continue
+        outcome = _call(provider, view, event)
+        level = outcome.level if isinstance(outcome.level, int) else None
+        if not outcome.fired:
+            error = outcome.error if isinstance(outcome.error, str) else None
+            evaluations.append(
+                Evaluation(**common, fired=False, reason=outcome.reason, error=error, level=level)
+            )
+            continue
+        reminder = dict(outcome.reminder or {})
+        reason, error = _check(view, event, provider, reminder, config, spent)
+        if reason != "fired":
+            evaluations.append(
+                Evaluation(
+                    **common,
+                    fired=False,
+                    reason=reason,
+                    error=error,
+                    level=provider_mark(view.providers, provider.id).level,
+                )
+            )
+            continue
+        spent += len(str(reminder.get("body", "")).strip().encode("utf-8"))
+        evaluations.append(
+            Evaluation(**common, fired=True, reason="fired", reminder=reminder, level=level)
+        )
+    return evaluations
+
+
+def _check(
+    view: SessionState,
+    event: RuntimeEvent,
+    provider: Provider,
+    reminder: dict[str, Any],
+    config: ProvidersConfig,
+    spent: int,
+) -> tuple[Any, str | None]:
+    if event.kind in OBSERVATIONAL_KINDS:
+        return "malformed_spec", f"HARN-RMD-008 a {event.kind} event cannot carry reminders"
+    try:
+        spec, _ = parse_reminder(reminder)
+    except ReminderError as exc:
+        return "malformed_spec", f"HARN-RMD-006 {exc.code.value}: {exc.message}"[:1024]
+    if provider.once and provider_mark(view.providers, provider.id).fired_count > 0:
+        return "once_latched", None
+    if unchanged_durable(view.pending, spec):
+        return "unchanged_durable_reminder", None
+    budget = config.max_bytes_per_turn
+    if budget is not None and spent + spec.body_bytes() > budget:
+        return "budget_exceeded", None
+    return "fired", None
