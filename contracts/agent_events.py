@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from contracts.commands import Identifier, SessionId, Turn
 from contracts.decode import DecodeError, Undecodable, UnknownSchema
+from contracts.kinds import payload_by_kind, require_payload_kind
 from contracts.subjects import parse_agent_event_subject, session_token
 
 AGENT_EVENT_SCHEMA_V1: Final = "reminder-ledger.agent-event/v1"
@@ -166,18 +167,11 @@ class RuntimeEvent(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _payload_by_kind(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            kind = data.get("kind")
-            payload = data.get("payload")
-            model = RUNTIME_PAYLOADS.get(kind) if isinstance(kind, str) else None
-            if model is not None and isinstance(payload, dict):
-                return {**data, "payload": model.model_validate(payload)}
-        return data
+        return payload_by_kind(data, RUNTIME_PAYLOADS)
 
     @model_validator(mode="after")
     def _payload_matches_kind(self) -> RuntimeEvent:
-        if not isinstance(self.payload, RUNTIME_PAYLOADS[self.kind]):
-            raise ValueError(f"payload does not match kind {self.kind}")
+        require_payload_kind(self.payload, self.kind, RUNTIME_PAYLOADS)
         return self
 
     def to_wire(self) -> dict[str, Any]:

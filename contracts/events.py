@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from contracts.kinds import payload_by_kind, require_payload_kind
 from contracts.spec import Authority, DeliveryMode, Propagate, ResolvedSpec, RoleHint, Source
 
 SCHEMA_V1: Final = "reminder-ledger.event/v1"
@@ -303,18 +304,11 @@ class Event(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _payload_by_kind(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            kind = data.get("kind")
-            payload = data.get("payload")
-            model = PAYLOADS.get(kind) if isinstance(kind, str) else None
-            if model is not None and isinstance(payload, dict):
-                return {**data, "payload": model.model_validate(payload)}
-        return data
+        return payload_by_kind(data, PAYLOADS)
 
     @model_validator(mode="after")
     def _payload_matches_kind(self) -> Event:
-        if not isinstance(self.payload, PAYLOADS[self.kind]):
-            raise ValueError(f"payload does not match kind {self.kind}")
+        require_payload_kind(self.payload, self.kind, PAYLOADS)
         return self
 
     def to_wire(self) -> dict[str, Any]:
