@@ -21,7 +21,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contracts.commands import Identifier, SessionId, Turn
-from contracts.decode import DecodeError, Undecodable, UnknownSchema
+from contracts.decode import InvalidEvent, Undecodable, UnknownSchema
 from contracts.kinds import payload_by_kind, require_payload_kind
 from contracts.subjects import parse_agent_event_subject, session_token
 
@@ -179,14 +179,10 @@ class RuntimeEvent(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=False)
 
 
-class InvalidRuntimeEvent(DecodeError):
+class InvalidRuntimeEvent(InvalidEvent):
     """JSON, but not a valid runtime event; `places` are the failing field paths."""
 
     code: ClassVar[str] = "invalid_runtime_event"
-
-    def __init__(self, reason: str, places: list[str] | None = None) -> None:
-        super().__init__(reason)
-        self.places = places or []
 
 
 class WrongRuntimeSubject(InvalidRuntimeEvent):
