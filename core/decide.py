@@ -37,14 +37,14 @@ from contracts.replies import (
     RevokeReply,
 )
 from contracts.spec import ReminderSpec, ResolvedSpec, parse_reminder
-from contracts.state import PendingRow, SessionState
+from contracts.state import DeliveredEnvelope, PendingRow, SessionState
 from core import render as rn
 from core import rules
 from core.canonical import canonical_json, derived_uuid7, sha256_hex
 from core.config import CommandContext, CoreConfig
 from core.fold import Scratch, apply_event
 from core.redact import redact
-from core.size import json_bytes, spec_bytes
+from core.size import json_bytes, replies_always_fit, spec_bytes, state_upper_bound
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,26 @@ class Batch:
         self.drafts.append(draft)
         apply_event(self.scratch, draft)
 
+    def _state_surely_fits(self, config: CoreConfig, remembered_bytes: int) -> bool:
+        """Whether a bound from counts alone shows the state after the command fits, so the
+        exact measurement (a full serialisation) can be skipped."""
+        scratch = self.scratch
+        if scratch.providers is not None:
+            return False
+        bound = state_upper_bound(
+            config,
+            rows=len(scratch.pending) + len(scratch.queued),
+            delivered_rows=len(scratch.delivered),
+            delivered_ids=sum(len(row.directive_ids) for row in scratch.delivered),
+            delivered_text_chars=sum(
+                len(row.text) for row in scratch.delivered if isinstance(row, DeliveredEnvelope)
+            ),
+            replies=len(scratch.recent_replies),
+            history_ids=len(scratch.seen_ids) + len(scratch.revoked_ids),
+            inherited=len(scratch.inherited_from),
+        )
+        return bound + remembered_bytes + _STATE_SLACK <= config.max_payload_bytes
+
     def finish(
         self, reply: Reply, config: CoreConfig
     ) -> tuple[tuple[ev.Event, ...], dict[str, Any]]:
@@ -110,14 +130,18 @@ class Batch:
         last_seq = self.state.session_seq + len(self.drafts)
         wire = reply.model_copy(update={"session_seq": last_seq}).to_wire()
         limit = config.max_payload_bytes
-        _fits("reply", json_bytes(wire), limit)
+        if not replies_always_fit(config):
+            _fits("reply", json_bytes(wire), limit)
         if self.drafts:
-            # The state as the projector will store it, stream_seq at its longest.
-            state_bytes = len(self.scratch.freeze().model_dump_json().encode()) + _STATE_SLACK
+            remembered_bytes = 0
             if self.command.request_id is not None:  # the reply the state will remember
                 remembered = rules.remembered_reply(wire)
-                state_bytes += json_bytes({"request_id": self.command.request_id, **remembered})
-            _fits("state", state_bytes, limit)
+                remembered_bytes = json_bytes({"request_id": self.command.request_id, **remembered})
+            if not self._state_surely_fits(config, remembered_bytes):
+                # The state as the projector will store it, stream_seq at its longest.
+                state = self.scratch.freeze()
+                state_bytes = len(state.model_dump_json().encode()) + _STATE_SLACK
+                _fits("state", state_bytes + remembered_bytes, limit)
         previous = self.state.chain_head
         final: list[ev.Event] = []
         for index, draft in enumerate(self.drafts):
@@ -774,7 +798,8 @@ def decide(
     try:
         events, wire = batch.finish(reply, config)
         answer = with_inline(command, wire)
-        _fits("reply", json_bytes(answer), config.max_payload_bytes)
+        if not replies_always_fit(config):
+            _fits("reply", json_bytes(answer), config.max_payload_bytes)
     except ReminderError as exc:
         return _error(exc)
     return Decision(events=events, reply=answer)

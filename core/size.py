@@ -138,6 +138,50 @@ def worst_case(config: CoreConfig) -> WorstCase:
     return WorstCase(event=event, reply=reply, state=state)
 
 
+def state_upper_bound(
+    config: CoreConfig,
+    *,
+    rows: int,
+    delivered_rows: int,
+    delivered_ids: int,
+    delivered_text_chars: int,
+    replies: int,
+    history_ids: int,
+    inherited: int,
+) -> int:
+    """An upper bound of a state's stored size from counts alone (cheap on the hot path).
+
+    `rows` pending and queued rows, whose specs the session budget bounds; `delivered_rows`
+    envelopes and digests holding `delivered_ids` directive ids and `delivered_text_chars`
+    characters of full text (at most `ESCAPED_CHAR_BYTES` each, and at most what the fold
+    keeps); `replies` remembered replies (their bodies within `RECENT_REPLIES_BYTES`);
+    `history_ids` seen and revoked reminder ids; `inherited` applied handoff ids. When it is
+    within `max_payload_bytes`, `decide` need not serialise the state to know it fits;
+    providers' latches are not counted (a session holding them is measured).
+    """
+    reminder_id = _REMINDER_ID + 1
+    text = min(FULL_ENVELOPE_TEXT_BYTES, delivered_text_chars * ESCAPED_CHAR_BYTES)
+    return (
+        _STATE_BASE
+        + config.max_session_bytes
+        + rows * _ROW
+        + text
+        + delivered_rows * (_ROW + 80)
+        + delivered_ids * reminder_id
+        + RECENT_REPLIES_BYTES
+        + replies * (_IDENT + 32)
+        + history_ids * reminder_id
+        + inherited * (_IDENT + 1)
+    )
+
+
+@lru_cache(maxsize=16)
+def replies_always_fit(config: CoreConfig) -> bool:
+    """Whether every reply `config` allows fits its `max_payload_bytes`: then `decide` need
+    not measure replies (a render's inline text included) one by one."""
+    return worst_case(config).reply <= config.max_payload_bytes
+
+
 def check_fits(config: CoreConfig, max_payload: int) -> str | None:
     """Why `config` could break the size invariant on a server with `max_payload`, in one
     line; None when it cannot (SPEC §4.1.1)."""
