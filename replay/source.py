@@ -131,7 +131,7 @@ async def iterate_stream(
     needs no consumer, and the cost grows with the matching messages only)."""
     stats = stats or ReadStats()
     try:
-        async for raw in iterate_direct(nc, stream, subject_filter):
+        async for raw in iterate_direct(nc, stream, subject_filter, batch=2048):
             stats.server_sent += 1
             if stats.delivered == 0:
                 stats.matching_at_start = raw.pending + 1
