@@ -12,8 +12,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
-    model_serializer,
     model_validator,
 )
 
@@ -51,15 +49,11 @@ class Redacting(Payload):
     written without redaction is byte for byte what it was before the field existed."""
 
     redactions: int = Field(
-        default=0, ge=0, description="Secrets replaced by [REDACTED:<kind>] at ingest."
+        default=0,
+        ge=0,
+        exclude_if=lambda count: count == 0,
+        description="Secrets replaced by [REDACTED:<kind>] at ingest.",
     )
-
-    @model_serializer(mode="wrap")
-    def _omit_no_redactions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("redactions") == 0:
-            del data["redactions"]
-        return data
 
 
 class Queued(Redacting):
