@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from contracts.events import Compacted, Expired, Fired, HandedOff, Inherited, Injected
+from contracts.events import Compacted, Delivered, Expired, Fired, HandedOff, Inherited, Injected
 from contracts.spec import ReminderSpec, ResolvedSpec
 from contracts.state import DegradedMark, PendingRow, SessionState
 from core import CommandContext, CoreConfig, fold, fold_all, handle, sha256_hex
@@ -26,7 +26,7 @@ from core.canonical import (
     session_subject_filter,
     session_token,
 )
-from core.render import context_directives_text, speaker_for
+from core.render import context_directives_text, inline_placement, speaker_for
 from core.rules import fired_by
 from tests.support import Driver
 
@@ -527,6 +527,12 @@ def test_no_directives_means_the_harness_speaks() -> None:
     assert speaker_for([]) == "harness"
 
 
+def test_the_inline_range_is_a_pair_of_integers() -> None:
+    _, span = inline_placement("h\u00e9llo \U0001f44b", "<x/>")
+    assert span == [10, 14]
+    assert [type(offset) for offset in span] == [int, int]
+
+
 def test_folding_and_deciding_keep_a_sessions_degraded_mark() -> None:
     driver = Driver()
     driver.inject("before the poison message")
@@ -534,6 +540,20 @@ def test_folding_and_deciding_keep_a_sessions_degraded_mark() -> None:
     driver.state = driver.state.model_copy(update={"degraded": mark})
     driver.inject("after it")
     assert driver.state.degraded == mark
+
+
+def test_a_sessions_nonce_is_the_first_one_delivered_and_a_later_one_does_not_replace_it() -> None:
+    driver = Driver(config=CoreConfig(nonce_enabled=True))
+    driver.inject("a")
+    delivered = driver.run("render", turn=0).events[-1]
+    assert isinstance(delivered.payload, Delivered)
+    first = delivered.payload.nonce
+    assert first is not None and driver.state.nonce == first
+    # decide always reuses the session nonce; fold must not let a later event change it.
+    later = delivered.model_copy(
+        update={"payload": delivered.payload.model_copy(update={"nonce": "0123456789abcdef"})}
+    )
+    assert fold(driver.state, later).nonce == first
 
 
 def test_fold_reissues_only_the_reminders_a_compacted_event_lists_as_preserved() -> None:
