@@ -37,7 +37,7 @@ from contracts.replies import (
     RevokeReply,
 )
 from contracts.spec import ReminderSpec, ResolvedSpec, parse_reminder
-from contracts.state import DeliveredEnvelope, PendingRow, SessionState
+from contracts.state import PendingRow, SessionState
 from core import render as rn
 from core import rules
 from core.canonical import canonical_json, derived_uuid7, sha256_hex
@@ -101,8 +101,10 @@ class Batch:
         apply_event(self.scratch, draft)
 
     def _state_surely_fits(self, config: CoreConfig, remembered_bytes: int) -> bool:
-        """Whether a bound from counts alone shows the state after the command fits, so the
-        exact measurement (a full serialisation) can be skipped."""
+        """Whether a bound from list lengths alone shows the state after the command fits,
+        so the exact measurement (a full serialisation) can be skipped. Within the delivered
+        history a reminder appears once at most (never re-issued while it lives, and
+        compaction clears the history), so its directive ids are bounded by `seen_ids`."""
         scratch = self.scratch
         if scratch.providers is not None:
             return False
@@ -110,10 +112,7 @@ class Batch:
             config,
             rows=len(scratch.pending) + len(scratch.queued),
             delivered_rows=len(scratch.delivered),
-            delivered_ids=sum(len(row.directive_ids) for row in scratch.delivered),
-            delivered_text_chars=sum(
-                len(row.text) for row in scratch.delivered if isinstance(row, DeliveredEnvelope)
-            ),
+            delivered_ids=len(scratch.seen_ids),
             replies=len(scratch.recent_replies),
             history_ids=len(scratch.seen_ids) + len(scratch.revoked_ids),
             inherited=len(scratch.inherited_from),

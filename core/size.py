@@ -144,7 +144,6 @@ def state_upper_bound(
     rows: int,
     delivered_rows: int,
     delivered_ids: int,
-    delivered_text_chars: int,
     replies: int,
     history_ids: int,
     inherited: int,
@@ -152,20 +151,19 @@ def state_upper_bound(
     """An upper bound of a state's stored size from counts alone (cheap on the hot path).
 
     `rows` pending and queued rows, whose specs the session budget bounds; `delivered_rows`
-    envelopes and digests holding `delivered_ids` directive ids and `delivered_text_chars`
-    characters of full text (at most `ESCAPED_CHAR_BYTES` each, and at most what the fold
-    keeps); `replies` remembered replies (their bodies within `RECENT_REPLIES_BYTES`);
+    envelopes and digests holding at most `delivered_ids` directive ids (their full texts
+    within what the fold keeps); `replies` remembered replies (their bodies within
+    `RECENT_REPLIES_BYTES`);
     `history_ids` seen and revoked reminder ids; `inherited` applied handoff ids. When it is
     within `max_payload_bytes`, `decide` need not serialise the state to know it fits;
     providers' latches are not counted (a session holding them is measured).
     """
     reminder_id = _REMINDER_ID + 1
-    text = min(FULL_ENVELOPE_TEXT_BYTES, delivered_text_chars * ESCAPED_CHAR_BYTES)
     return (
         _STATE_BASE
         + config.max_session_bytes
         + rows * _ROW
-        + text
+        + FULL_ENVELOPE_TEXT_BYTES
         + delivered_rows * (_ROW + 80)
         + delivered_ids * reminder_id
         + RECENT_REPLIES_BYTES
