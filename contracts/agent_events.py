@@ -21,9 +21,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contracts.commands import Identifier, SessionId, Turn
-from contracts.decode import InvalidEvent, Undecodable, UnknownSchema
+from contracts.decode import InvalidEvent, Undecodable, UnknownSchema, subject_mismatch
 from contracts.kinds import payload_by_kind, require_payload_kind
-from contracts.subjects import parse_agent_event_subject, session_token
+from contracts.subjects import parse_agent_event_subject
 
 AGENT_EVENT_SCHEMA_V1: Final = "reminder-ledger.agent-event/v1"
 
@@ -212,12 +212,12 @@ def decode_runtime_event(
         places = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
         raise InvalidRuntimeEvent(f"failed validation at: {', '.join(places)}", places) from None
     if subject is not None:
-        parsed = parse_agent_event_subject(subject)
-        if parsed is None:
-            raise WrongRuntimeSubject("the subject is not agent.events.<kind>.<session_token>")
-        kind, token = parsed
-        if kind != event.kind:
-            raise WrongRuntimeSubject("the event's kind differs from its subject")
-        if token != session_token(event.session_id):
-            raise WrongRuntimeSubject("the event's session differs from its subject")
+        problem = subject_mismatch(
+            parse_agent_event_subject(subject),
+            "agent.events.<kind>.<session_token>",
+            event.kind,
+            event.session_id,
+        )
+        if problem is not None:
+            raise WrongRuntimeSubject(problem)
     return event

@@ -117,16 +117,27 @@ def upcast(
     return envelope
 
 
+def subject_mismatch(
+    parsed: tuple[str, str] | None, shape: str, kind: str, session_id: str
+) -> str | None:
+    """Why a subject parsed as `(kind, token)` (None: not of `shape`) does not confirm an
+    envelope's kind and session; None when it does (SPEC §6.3, for events and runtime
+    events alike)."""
+    if parsed is None:
+        return f"the subject is not {shape}"
+    if parsed[0] != kind:
+        return "the event's kind differs from its subject"
+    if parsed[1] != session_token(session_id):
+        return "the event's session differs from its subject"
+    return None
+
+
 def check_subject(event: Event, subject: str) -> None:
     """Raise `WrongSubject` unless `subject` is `transcript.reminder.<kind>.<token>` of it."""
-    parsed = parse_event_subject(subject)
-    if parsed is None:
-        raise WrongSubject("the subject is not transcript.reminder.<kind>.<session_token>")
-    kind, token = parsed
-    if kind != event.kind:
-        raise WrongSubject("the event's kind differs from its subject")
-    if token != session_token(event.session_id):
-        raise WrongSubject("the event's session differs from its subject")
+    shape = "transcript.reminder.<kind>.<session_token>"
+    problem = subject_mismatch(parse_event_subject(subject), shape, event.kind, event.session_id)
+    if problem is not None:
+        raise WrongSubject(problem)
 
 
 def decode(

@@ -6,6 +6,8 @@ from typing import Any
 
 from contracts.events import Event
 from contracts.state import SessionState
+from contracts.stored import StoredEvent
+from contracts.subjects import event_subject
 from core import CommandContext, CoreConfig, Decision, fold_all, handle
 
 
@@ -88,3 +90,20 @@ def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
         for index, child in enumerate(value):
             found += json_paths(child, (*prefix, index))
     return found
+
+
+def session_log(session_id: str = "s1") -> list[Event]:
+    """Five events: two injected, two fired, one delivered."""
+    driver = Driver(session_id)
+    driver.inject("a", ttl_turns=2)
+    driver.inject("b")
+    driver.ok("render", turn=0)
+    return driver.log
+
+
+def stored(events: list[Event], first_seq: int = 1) -> list[StoredEvent]:
+    """The events as the stream stores them, from `first_seq` on."""
+    return [
+        StoredEvent(e.to_wire(), first_seq + i, event_subject(e.kind, e.session_id))
+        for i, e in enumerate(events)
+    ]

@@ -6,29 +6,12 @@ from typing import Any
 
 import orjson
 
-from contracts.events import Event
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.stored import StoredEvent, read_stored
-from contracts.subjects import event_subject
 from core import fold_all
 from core.projection import Verdict, project, project_all
-from tests.support import Driver
-
-
-def session_log(session_id: str = "s1") -> list[Event]:
-    driver = Driver(session_id)
-    driver.inject("a", ttl_turns=2)
-    driver.inject("b")
-    driver.ok("render", turn=0)
-    return driver.log
-
-
-def stored(events: list[Event], first_seq: int = 1) -> list[StoredEvent]:
-    return [
-        StoredEvent(e.to_wire(), first_seq + i, event_subject(e.kind, e.session_id))
-        for i, e in enumerate(events)
-    ]
+from tests.support import session_log, stored
 
 
 def test_a_whole_log_projects_to_the_fold_of_its_events() -> None:

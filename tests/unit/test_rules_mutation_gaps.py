@@ -9,29 +9,11 @@ from __future__ import annotations
 import pytest
 
 from contracts.decode import DecodeError, decode
-from contracts.events import Event
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.stored import StoredEvent, Unreadable, read_stored
-from contracts.subjects import event_subject
 from core.projection import Record, Verdict, project, project_all
-from tests.support import Driver
-
-
-def session_log(session_id: str = "s1") -> list[Event]:
-    """Five events: two injected, two fired, one delivered."""
-    driver = Driver(session_id)
-    driver.inject("a", ttl_turns=2)
-    driver.inject("b")
-    driver.ok("render", turn=0)
-    return driver.log
-
-
-def stored(events: list[Event], first_seq: int = 1) -> list[StoredEvent]:
-    return [
-        StoredEvent(e.to_wire(), first_seq + i, event_subject(e.kind, e.session_id))
-        for i, e in enumerate(events)
-    ]
+from tests.support import session_log, stored
 
 
 def applied(rows: list[StoredEvent]) -> SessionState:
