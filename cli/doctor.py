@@ -16,12 +16,13 @@ from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable,
 from services.adapters.jetstream import (
     _contradictions,
     _needs_update,
+    agent_events_stream_config,
     event_stream_config,
     side_stream_configs,
 )
 from services.adapters.settings import Settings
+from services.workers import WORKERS
 
-WORKERS = ("projector", "propagator", "observer")
 LAG_WARNING = 10_000
 PROVISION_HINT = "run `reminders provision` to create it"
 
@@ -38,7 +39,12 @@ class Check:
 async def _stream_checks(nc: Client, settings: Settings) -> list[Check]:
     js = nc.jetstream()
     checks = []
-    for wanted in [event_stream_config(settings), *side_stream_configs(settings)]:
+    wanted_streams = [
+        event_stream_config(settings),
+        *side_stream_configs(settings),
+        agent_events_stream_config(settings),
+    ]
+    for wanted in wanted_streams:
         name = wanted.name or ""
         try:
             info = await js.stream_info(name)
@@ -64,10 +70,19 @@ async def _bucket_check(nc: Client, settings: Settings) -> Check:
     return Check(f"bucket {settings.kv_bucket}", True, f"{status.values} values")
 
 
+def _durables(settings: Settings) -> list[tuple[str, str]]:
+    """(stream, durable) of every worker's consumer, as `reminders provision` makes them."""
+    return [
+        (durable.stream, durable.name)
+        for make in WORKERS.values()
+        for durable in make(settings).consumers()
+    ]
+
+
 async def _consumer_checks(nc: Client, settings: Settings) -> list[Check]:
     checks = []
-    for durable in WORKERS:
-        info = await _pulled_consumer_info(nc, settings.stream, durable)
+    for stream, durable in _durables(settings):
+        info = await _pulled_consumer_info(nc, stream, durable)
         if info is None:
             checks.append(Check(f"consumer {durable}", False, f"missing: {PROVISION_HINT}"))
             continue

@@ -36,7 +36,7 @@ async def test_doctor_passes_on_a_healthy_system_and_names_each_failure(
     missing = await asyncio.to_thread(doctor, provisioned.nats_url)
     assert missing.returncode == 1
     assert "consumer projector" in missing.stdout and "no worker is pulling" in missing.stdout
-    for name in ("gateway", "projector", "propagator", "observer"):
+    for name in ("gateway", "projector", "propagator", "observer", "providers"):
         services.start(name)
     await ReminderClient(nc).inject("doc", "x")
     healthy = await asyncio.to_thread(doctor, provisioned.nats_url)
@@ -47,6 +47,8 @@ async def test_doctor_passes_on_a_healthy_system_and_names_each_failure(
         "stream REMINDERS",
         "bucket REMINDER_SESSIONS",
         "consumer observer",
+        "stream AGENT_EVENTS",
+        "consumer providers",
         "dead letters",
     ):
         assert row in healthy.stdout
