@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from contracts.subjects import event_subject, session_subject_filter, session_token
@@ -23,6 +23,7 @@ __all__ = [
     "session_subject_filter",
     "session_token",
     "sha256_hex",
+    "uuid7_text",
 ]
 
 
@@ -50,18 +51,39 @@ def epoch_millis(occurred_at: str) -> int:
     return int(datetime.fromisoformat(occurred_at.replace("Z", "+00:00")).timestamp() * 1000)
 
 
+def uuid7_text(millis: int, random_bits: bytes) -> str:
+    """The canonical text of the UUIDv7 (RFC 9562) with 48-bit time `millis` and the first
+    ten bytes of `random_bits` as its random part (version and variant bits set here)."""
+    rand = int.from_bytes(random_bits[:10], "big")
+    value = (
+        (millis & 0xFFFF_FFFF_FFFF) << 80
+        | 0x7 << 76
+        | (rand >> 68 & 0xFFF) << 64
+        | 0x2 << 62
+        | rand & 0x3FFF_FFFF_FFFF_FFFF
+    )
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+@lru_cache(maxsize=256)
+def _occurred_millis(occurred_at: str) -> int:
+    # Every event of a command shares its `occurred_at`: parse it once.
+    return epoch_millis(occurred_at)
+
+
 def derived_uuid7(occurred_at: str, *seed: str) -> str:
     """A UUIDv7 whose time is `occurred_at` and whose random bits are a hash of `seed`.
 
     Event ids are derived, not drawn, so deciding the same command against the same state
     yields the same ids (and JetStream's duplicate window drops an exact re-send).
     """
-    digest = bytearray(hashlib.sha256("\n".join(seed).encode("utf-8")).digest()[:16])
-    millis = epoch_millis(occurred_at) & ((1 << 48) - 1)
-    digest[0:6] = millis.to_bytes(6, "big")
-    digest[6] = 0x70 | (digest[6] & 0x0F)
-    digest[8] = 0x80 | (digest[8] & 0x3F)
-    return str(uuid.UUID(bytes=bytes(digest)))
+    digest = hashlib.sha256("\n".join(seed).encode("utf-8")).digest()
+    # The random bits are those the digest's first 16 bytes leave once the time, version
+    # and variant are set: bytes 6-7 (low 12 bits) and 8-15 (low 62 bits).
+    rand_a = int.from_bytes(digest[6:8], "big") & 0xFFF
+    rand_b = int.from_bytes(digest[8:16], "big") & 0x3FFF_FFFF_FFFF_FFFF
+    return uuid7_text(_occurred_millis(occurred_at), (rand_a << 68 | rand_b).to_bytes(10, "big"))
 
 
 def links(previous_chain: str, envelope: dict[str, Any]) -> bool:
