@@ -42,7 +42,7 @@ from core import render as rn
 from core import rules
 from core.canonical import derived_uuid7, linked, sha256_hex
 from core.config import CommandContext, CoreConfig
-from core.fold import Scratch, apply_event
+from core.fold import Scratch, apply_event, trusted
 from core.redact import redact
 from core.size import json_bytes, replies_always_fit, spec_bytes, state_upper_bound
 
@@ -81,23 +81,29 @@ class Batch:
         """Record one decided fact and let the scratch state see it."""
         kind = ev.KIND_OF[type(payload)]
         session_seq = self.state.session_seq + len(self.drafts) + 1
-        draft = ev.Event.model_construct(
-            schema_=ev.SCHEMA_V1,
-            event_id=derived_uuid7(
-                self.context.occurred_at, self.command_id, self.command.session_id, str(session_seq)
+        draft = trusted(
+            ev.Event,
+            dict(
+                schema_=ev.SCHEMA_V1,
+                event_id=derived_uuid7(
+                    self.context.occurred_at,
+                    self.command_id,
+                    self.command.session_id,
+                    str(session_seq),
+                ),
+                kind=kind,
+                session_id=self.command.session_id,
+                agent_id=self.command.agent_id or self.command.session_id,
+                task_id=self.command.task_id,
+                session_seq=session_seq,
+                turn=self.turn,
+                occurred_at=self.context.occurred_at,
+                command_id=self.command_id,
+                request_id=self.command.request_id,
+                payload=payload,
+                reply=None,
+                chain="",
             ),
-            kind=kind,
-            session_id=self.command.session_id,
-            agent_id=self.command.agent_id or self.command.session_id,
-            task_id=self.command.task_id,
-            session_seq=session_seq,
-            turn=self.turn,
-            occurred_at=self.context.occurred_at,
-            command_id=self.command_id,
-            request_id=self.command.request_id,
-            payload=payload,
-            reply=None,
-            chain="",
         )
         self.drafts.append(draft)
         apply_event(self.scratch, draft)
