@@ -5,7 +5,8 @@ fewer commands than a plain nats-py queue subscription that hands each message t
 (group commit needs many commands in flight at once; figures in `bench/results/`). So the
 gateway keeps FastStream for its lifecycle
 and declares its subjects in the AsyncAPI document, but reads commands here, with a bound on
-the commands in flight and one consumer span per command, as the FastStream middleware made.
+the commands in flight and one consumer span per command, as the FastStream middleware made,
+when spans are exported at all.
 """
 
 from __future__ import annotations
