@@ -32,7 +32,6 @@ from typing import Any
 
 from contracts.spec import MAX_WIRE_INT, ResolvedSpec
 from contracts.state import FULL_ENVELOPE_TEXT_BYTES, RECENT_REPLIES_BYTES, RECENT_REPLIES_KEPT
-from core.canonical import canonical_bytes
 from core.config import CoreConfig
 
 #: Stored bytes per character at most: a control character is escaped as `\\u00XX`.
@@ -49,7 +48,8 @@ def stored_bytes(text: str) -> int:
 
 def json_bytes(value: Any) -> int:
     """UTF-8 length of `value` as canonical JSON."""
-    return len(canonical_bytes(value))
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8"))
 
 
 def _skeleton_bytes() -> int:
