@@ -162,6 +162,24 @@ class LabelledCount:
         return [Observation(count, dict(key)) for key, count in list(self._counts.items())]
 
 
+#: The count behind each observable counter, by meter and name (the meter is held so its id
+#: is not reused while the entry lives).
+_COUNTS: dict[tuple[int, str], tuple[Meter, LabelledCount]] = {}
+
+
+def labelled_count(meter: Meter, name: str, description: str) -> LabelledCount:
+    """The count exposed as counter `name` on `meter`, registered on first use.
+
+    A second request for the same name returns the same count, as the SDK returns the same
+    `Counter` for a name already created on a meter (it ignores a second observable one)."""
+    key = (id(meter), name)
+    if key not in _COUNTS:
+        count = LabelledCount()
+        meter.create_observable_counter(name, callbacks=[count.observe], description=description)
+        _COUNTS[key] = (meter, count)
+    return _COUNTS[key][1]
+
+
 @dataclass
 class GatewayMetrics:
     """Instruments of the gateway (SPEC §10)."""
@@ -184,15 +202,11 @@ class GatewayMetrics:
                 callbacks=[lambda _options: [Observation(count())]],
                 description="Sessions with a command in the last 5 minutes (per gateway)",
             )
-        commands, events, conflicts = LabelledCount(), LabelledCount(), LabelledCount()
-        for name, counter, description in (
-            ("reminders_commands", commands, "Commands by op and outcome"),
-            ("reminders_events_appended", events, "Events appended by kind"),
-            ("reminders_occ_conflicts", conflicts, "Optimistic-concurrency conflicts"),
-        ):
-            meter.create_observable_counter(
-                name, callbacks=[counter.observe], description=description
-            )
+        commands = labelled_count(meter, "reminders_commands", "Commands by op and outcome")
+        events = labelled_count(meter, "reminders_events_appended", "Events appended by kind")
+        conflicts = labelled_count(
+            meter, "reminders_occ_conflicts", "Optimistic-concurrency conflicts"
+        )
         return cls(
             commands=commands,
             latency=meter.create_histogram(
