@@ -40,9 +40,9 @@ from contracts.spec import ReminderSpec, ResolvedSpec, parse_reminder
 from contracts.state import PendingRow, SessionState
 from core import render as rn
 from core import rules
-from core.canonical import canonical_json, derived_uuid7, sha256_hex
+from core.canonical import derived_uuid7, linked, sha256_hex
 from core.config import CommandContext, CoreConfig
-from core.fold import Scratch, apply_event
+from core.fold import Scratch, apply_event, trusted
 from core.redact import redact
 from core.size import json_bytes, replies_always_fit, spec_bytes, state_upper_bound
 
@@ -53,6 +53,8 @@ class Decision:
 
     events: tuple[ev.Event, ...]
     reply: dict[str, Any]
+    #: Each event's wire bytes (its canonical JSON, `chain` included), made with the chain.
+    encoded: tuple[bytes, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -79,23 +81,29 @@ class Batch:
         """Record one decided fact and let the scratch state see it."""
         kind = ev.KIND_OF[type(payload)]
         session_seq = self.state.session_seq + len(self.drafts) + 1
-        draft = ev.Event.model_construct(
-            schema_=ev.SCHEMA_V1,
-            event_id=derived_uuid7(
-                self.context.occurred_at, self.command_id, self.command.session_id, str(session_seq)
+        draft = trusted(
+            ev.Event,
+            dict(
+                schema_=ev.SCHEMA_V1,
+                event_id=derived_uuid7(
+                    self.context.occurred_at,
+                    self.command_id,
+                    self.command.session_id,
+                    str(session_seq),
+                ),
+                kind=kind,
+                session_id=self.command.session_id,
+                agent_id=self.command.agent_id or self.command.session_id,
+                task_id=self.command.task_id,
+                session_seq=session_seq,
+                turn=self.turn,
+                occurred_at=self.context.occurred_at,
+                command_id=self.command_id,
+                request_id=self.command.request_id,
+                payload=payload,
+                reply=None,
+                chain="",
             ),
-            kind=kind,
-            session_id=self.command.session_id,
-            agent_id=self.command.agent_id or self.command.session_id,
-            task_id=self.command.task_id,
-            session_seq=session_seq,
-            turn=self.turn,
-            occurred_at=self.context.occurred_at,
-            command_id=self.command_id,
-            request_id=self.command.request_id,
-            payload=payload,
-            reply=None,
-            chain="",
         )
         self.drafts.append(draft)
         apply_event(self.scratch, draft)
@@ -121,8 +129,9 @@ class Batch:
 
     def finish(
         self, reply: Reply, config: CoreConfig
-    ) -> tuple[tuple[ev.Event, ...], dict[str, Any]]:
-        """Final events (reply on the last, chain linked) and the reply's wire form.
+    ) -> tuple[tuple[ev.Event, ...], dict[str, Any], tuple[bytes, ...]]:
+        """Final events (reply on the last, chain linked), the reply's wire form and each
+        event's wire bytes.
 
         Raises `too_large` when an event, the reply or the state after the command would
         not fit in `max_payload_bytes` (SPEC §4.1.1): nothing is emitted then."""
@@ -143,19 +152,20 @@ class Batch:
                 _fits("state", state_bytes + remembered_bytes, limit)
         previous = self.state.chain_head
         final: list[ev.Event] = []
+        encoded: list[bytes] = []
         for index, draft in enumerate(self.drafts):
             is_last = index == len(self.drafts) - 1
             body = draft.model_dump(mode="json", by_alias=True, exclude={"chain"})
             if is_last:
                 body["reply"] = wire
-            # One canonical form serves both the size check and the chain link.
-            text = canonical_json(body)
-            _fits(f"{draft.kind} event", len(text.encode("utf-8")) + _CHAIN_BYTES, limit)
-            previous = sha256_hex(previous + "\n" + text)
+            # One canonical form serves the size check, the chain link and the wire bytes.
+            text, previous, data = linked(previous, body)
+            _fits(f"{draft.kind} event", len(text) + _CHAIN_BYTES, limit)
+            encoded.append(data)
             # The draft's parts were validated when built; only reply and chain are new.
             update = {"chain": previous, "reply": wire if is_last else None}
             final.append(draft.model_copy(update=update))
-        return tuple(final), wire
+        return tuple(final), wire, tuple(encoded)
 
 
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.
@@ -795,13 +805,13 @@ def decide(
     if warnings:
         reply = reply.model_copy(update={"warnings": list(warnings)})
     try:
-        events, wire = batch.finish(reply, config)
+        events, wire, encoded = batch.finish(reply, config)
         answer = with_inline(command, wire)
         if not replies_always_fit(config):
             _fits("reply", json_bytes(answer), config.max_payload_bytes)
     except ReminderError as exc:
         return _error(exc)
-    return Decision(events=events, reply=answer)
+    return Decision(events=events, reply=answer, encoded=encoded)
 
 
 def handle(

@@ -41,6 +41,7 @@ from contracts.subjects import (
     event_subject,
     session_subject_filter,
 )
+from core.canonical import canonical_bytes
 from services.adapters.settings import Settings
 
 H_MSG_ID = "Nats-Msg-Id"
@@ -294,11 +295,14 @@ class SessionAppend:
     expected_last_seq: int
     events: tuple[Event, ...]
     headers: dict[str, str] = field(default_factory=dict)
+    #: The events' wire bytes when the decision already made them (`Decision.encoded`);
+    #: empty to have `publish_atomic` encode them.
+    encoded: tuple[bytes, ...] = ()
 
 
 def encode_event(event: Event) -> bytes:
-    """Wire bytes of one event (sorted keys, like the chain's canonical form)."""
-    return orjson.dumps(event.to_wire(), option=orjson.OPT_SORT_KEYS)
+    """Wire bytes of one event: its canonical form (SPEC §3.3.1), `chain` included."""
+    return canonical_bytes(event.to_wire())
 
 
 class AppendFailure(Enum):
@@ -345,14 +349,13 @@ async def publish_atomic(
     """
     messages: list[tuple[str, bytes, dict[str, str]]] = []
     for append in appends:
-        for index, event in enumerate(append.events):
+        encoded = append.encoded or tuple(encode_event(event) for event in append.events)
+        for index, (event, data) in enumerate(zip(append.events, encoded, strict=True)):
             headers = {H_MSG_ID: event.event_id, **append.headers}
             if index == 0:
                 headers[H_EXPECTED_SEQ] = str(append.expected_last_seq)
                 headers[H_EXPECTED_SUBJECT] = session_subject_filter(append.session_id)
-            messages.append(
-                (event_subject(event.kind, event.session_id), encode_event(event), headers)
-            )
+            messages.append((event_subject(event.kind, event.session_id), data, headers))
     if not messages:
         raise ValueError("an atomic batch needs at least one message")
     last = len(messages)

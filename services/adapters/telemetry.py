@@ -5,13 +5,13 @@ Labels never carry a session id, a reminder id or any text (SPEC §10).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.metrics import Counter, Histogram, Meter, Observation
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
 from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
@@ -29,6 +29,7 @@ from services.adapters.settings import Settings
 
 _PROVIDER: MeterProvider | None = None
 _TRACER_PROVIDER: TracerProvider | None = None
+_TRACING = False
 
 #: Attributes of the messaging semantic conventions on every consumer span.
 MESSAGING_SYSTEM = {"messaging.system": "nats"}
@@ -37,7 +38,7 @@ MESSAGING_SYSTEM = {"messaging.system": "nats"}
 def tracer_provider(service_name: str, settings: Settings | None = None) -> TracerProvider:
     """The process-wide tracer provider: OTLP when an endpoint is configured, and a JSON
     lines file when `REMINDERS_TRACE_FILE` is set (what the tests read)."""
-    global _TRACER_PROVIDER
+    global _TRACER_PROVIDER, _TRACING
     if _TRACER_PROVIDER is not None:
         return _TRACER_PROVIDER
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
@@ -55,13 +56,26 @@ def tracer_provider(service_name: str, settings: Settings | None = None) -> Trac
                 )
             )
         )
+    _TRACING = settings is not None and bool(settings.otlp_endpoint or settings.trace_file)
     trace.set_tracer_provider(provider)
     _TRACER_PROVIDER = provider
     return provider
 
 
+def tracing_enabled() -> bool:
+    """Whether this process exports spans anywhere (an OTLP endpoint or a trace file).
+
+    Without an exporter a span is made and thrown away; a hot path asks this first and
+    skips making one (it still forwards a caller's trace context, see `use_remote_parent`).
+    """
+    return _TRACING
+
+
 def inject_traceparent() -> dict[str, str]:
     """W3C trace headers of the current span, to carry on published messages."""
+    # Most commands run outside any trace: skip the propagator's work when there is none.
+    if not trace.get_current_span().get_span_context().is_valid:
+        return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier
@@ -127,14 +141,53 @@ def metrics_text() -> bytes:
     return generate_latest(REGISTRY)
 
 
+class LabelledCount:
+    """A monotonic count per label set, kept in plain ints and observed only when scraped.
+
+    The SDK's `Counter.add` cleans the attributes, hashes them and takes a lock on every
+    call, which the gateway paid several times per command (`bench/results/`); a dict
+    increment does not, and the exposition (an observable counter) is the same.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[tuple[str, str], ...], int] = {}
+
+    def add(self, amount: int, attributes: Mapping[str, str] | None = None) -> None:
+        """Count `amount` more under `attributes` (the labels, never ids or text)."""
+        key = tuple(attributes.items()) if attributes else ()
+        self._counts[key] = self._counts.get(key, 0) + amount
+
+    def observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        """The cumulative counts, for an observable counter's callback."""
+        return [Observation(count, dict(key)) for key, count in list(self._counts.items())]
+
+
+#: The count behind each observable counter, by meter and name (the meter is held so its id
+#: is not reused while the entry lives).
+_COUNTS: dict[tuple[int, str], tuple[Meter, LabelledCount]] = {}
+
+
+def labelled_count(meter: Meter, name: str, description: str) -> LabelledCount:
+    """The count exposed as counter `name` on `meter`, registered on first use.
+
+    A second request for the same name returns the same count, as the SDK returns the same
+    `Counter` for a name already created on a meter (it ignores a second observable one)."""
+    key = (id(meter), name)
+    if key not in _COUNTS:
+        count = LabelledCount()
+        meter.create_observable_counter(name, callbacks=[count.observe], description=description)
+        _COUNTS[key] = (meter, count)
+    return _COUNTS[key][1]
+
+
 @dataclass
 class GatewayMetrics:
     """Instruments of the gateway (SPEC §10)."""
 
-    commands: Counter
+    commands: LabelledCount
     latency: Histogram
-    events: Counter
-    conflicts: Counter
+    events: LabelledCount
+    conflicts: LabelledCount
     batch_size: Histogram
 
     @classmethod
@@ -149,19 +202,18 @@ class GatewayMetrics:
                 callbacks=[lambda _options: [Observation(count())]],
                 description="Sessions with a command in the last 5 minutes (per gateway)",
             )
+        commands = labelled_count(meter, "reminders_commands", "Commands by op and outcome")
+        events = labelled_count(meter, "reminders_events_appended", "Events appended by kind")
+        conflicts = labelled_count(
+            meter, "reminders_occ_conflicts", "Optimistic-concurrency conflicts"
+        )
         return cls(
-            commands=meter.create_counter(
-                "reminders_commands", description="Commands by op and outcome"
-            ),
+            commands=commands,
             latency=meter.create_histogram(
                 "reminders_command_latency", unit="s", description="Command latency"
             ),
-            events=meter.create_counter(
-                "reminders_events_appended", description="Events appended by kind"
-            ),
-            conflicts=meter.create_counter(
-                "reminders_occ_conflicts", description="Optimistic-concurrency conflicts"
-            ),
+            events=events,
+            conflicts=conflicts,
             batch_size=meter.create_histogram(
                 "reminders_group_commit_commands",
                 unit="{command}",

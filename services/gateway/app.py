@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
-from services.adapters.telemetry import GatewayMetrics, meter_provider, tracer_provider
+from services.adapters.telemetry import (
+    GatewayMetrics,
+    meter_provider,
+    tracer_provider,
+    tracing_enabled,
+)
 from services.gateway.committer import GroupCommitter
 from services.gateway.listener import CommandListener
 from services.gateway.service import CommandService
@@ -54,7 +59,10 @@ class Gateway:
         parts.committer.start()
         parts.service = CommandService(runtime.connection, self.settings, parts.committer, metrics)
         tracer = tracer_provider("reminders-gateway", self.settings).get_tracer("reminders.gateway")
-        parts.listener = CommandListener(runtime.connection, parts.service, tracer)
+        # Spans nobody exports are skipped: making one is a large share of a command's CPU.
+        parts.listener = CommandListener(
+            runtime.connection, parts.service, tracer if tracing_enabled() else None
+        )
         await parts.listener.start()
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:

@@ -5,19 +5,22 @@ fewer commands than a plain nats-py queue subscription that hands each message t
 (group commit needs many commands in flight at once; figures in `bench/results/`). So the
 gateway keeps FastStream for its lifecycle
 and declares its subjects in the AsyncAPI document, but reads commands here, with a bound on
-the commands in flight and one consumer span per command, as the FastStream middleware made.
+the commands in flight and one consumer span per command, as the FastStream middleware made,
+when spans are exported at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AbstractContextManager, nullcontext
 
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Span, SpanKind, Tracer
 
 from contracts.subjects import COMMAND_SUBJECTS, RPC_OP, last_token
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
@@ -32,7 +35,11 @@ class CommandListener:
     """Serves commands concurrently; replies only after the service's commit finished."""
 
     def __init__(
-        self, nc: Client, service: CommandService, tracer: Tracer, in_flight: int = 1024
+        self,
+        nc: Client,
+        service: CommandService,
+        tracer: Tracer | None,
+        in_flight: int = 1024,
     ) -> None:
         self._nc = nc
         self._service = service
@@ -64,10 +71,11 @@ class CommandListener:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, message: Msg) -> None:
-        op = last_token(message.subject)
-        try:
-            with self._tracer.start_as_current_span(
+    def _span(self, message: Msg) -> AbstractContextManager[Span | None]:
+        """The command's consumer span; without a tracer (no exporter) none is made, and
+        a caller's trace context, when it sent one, is carried on to the events as is."""
+        if self._tracer is not None:
+            return self._tracer.start_as_current_span(
                 f"{message.subject} process",
                 context=extract_context(message.headers),
                 kind=SpanKind.CONSUMER,
@@ -78,7 +86,16 @@ class CommandListener:
                     "messaging.operation.name": "process",
                     "messaging.consumer.group.name": QUEUE_GROUP,
                 },
-            ):
+            )
+        if message.headers and "traceparent" in message.headers:
+            # Each command runs in its own task, so the attached context ends with it.
+            otel_context.attach(extract_context(message.headers))
+        return nullcontext()
+
+    async def _serve(self, message: Msg) -> None:
+        op = last_token(message.subject)
+        try:
+            with self._span(message):
                 if op == RPC_OP:
                     response = await self._service.handle_rpc(message.data)
                     body = None if response is None else orjson.dumps(response)

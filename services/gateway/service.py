@@ -319,7 +319,11 @@ class CommandService:
             if not decision.events:
                 return decision.reply
             append = SessionAppend(
-                session_id, entry.last_stream_seq, decision.events, inject_traceparent()
+                session_id,
+                entry.last_stream_seq,
+                decision.events,
+                inject_traceparent(),
+                decision.encoded,
             )
             try:
                 stream_seqs = await self._committer.commit(append)
