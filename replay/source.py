@@ -134,7 +134,8 @@ async def iterate_stream(
     progress: Callable[[int, int], None] | None = None,
 ) -> AsyncIterator[StoredEvent]:
     """Every stored message matching the filter, in order (batched direct gets: the reader
-    needs no consumer, and the cost grows with the matching messages only)."""
+    needs no consumer; the server steps over the messages between matching ones, so this is
+    for reading the whole stream, and `rows_from_nats` for one session)."""
     stats = stats or ReadStats()
     try:
         async for raw in iterate_direct(nc, stream, subject_filter, batch=2048):

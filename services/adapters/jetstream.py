@@ -399,8 +399,9 @@ async def iterate_direct(
     batched direct gets.
 
     No consumer is made, so a reader needs no right to create one (a reader that may create
-    consumers may also make the server deliver to any subject it names), and the cost grows
-    with the matching messages, not with the stream.
+    consumers may also make the server deliver to any subject it names). The server sends
+    only the matching messages, but to find them it steps over every message stored between
+    the first and the last of them (`session_messages` reads a session without that).
     """
     next_seq = after_seq + 1
     while True:
@@ -441,7 +442,7 @@ async def iterate_direct(
 #: back-pointers instead (see `session_messages`).
 SCAN_SKIP_LIMIT = 20_000
 #: Messages each concurrent back-pointer walk covers on average, and how many walks at most.
-CHAIN_LANE_LENGTH = 8
+CHAIN_LANE_LENGTH = 16
 CHAIN_MAX_LANES = 256
 
 
@@ -514,14 +515,10 @@ async def session_messages(
 
     A subject-filtered read makes the server step over every message stored between two of
     the session's events (a file block holds too many subjects for its subject index to
-    help), so its cost grows with the stream the session is spread over. When that span is
-    large, the session is read by sequence instead: the server's subject state gives the
-    session's size, its last event gives the span, a few filtered gets spread over the span
-    give anchors, and from each anchor a walk follows the events' back-pointers
-    (`_previous_seq`) down to the anchor before it, the walks running concurrently. Every
-    message read is checked to be the session's, and a whole-session read must find exactly
-    the server's count; anything else (a message written without the expectation, a purged
-    one) falls back to the scan.
+    help), so its cost grows with the stream the session is spread over. A whole session in
+    a large stream is read by sequence instead (`_walk_session`), and kept only when it is
+    exactly as many messages of the session as the server counts; otherwise, and for a read
+    after `after_seq` (the new events of a session already read), the scan.
     """
     subject_filter = session_subject_filter(session_id)
     sent = 0
@@ -531,22 +528,19 @@ async def session_messages(
         state = None  # the scan reports it as it always did
     if state is not None and not state[0]:
         return [], 0
-    if state is not None and state[1] - sum(state[0].values()) > SCAN_SKIP_LIMIT:
-        subjects = state[0]
-        try:
-            async with _DirectGetter(nc, stream, timeout_s) as getter:
-                try:
-                    last = await getter.get({"last_by_subj": subject_filter})
-                    last_seq = int((last.headers or {})["Nats-Sequence"])
-                    if last_seq <= after_seq:
-                        return [], getter.sent
-                    if last_seq - after_seq > SCAN_SKIP_LIMIT:
-                        found = await _walk_session(getter, session_id, after_seq, subjects, last)
-                        return _in_order(found, after_seq, sum(subjects.values())), getter.sent
-                finally:
-                    sent = getter.sent
-        except _BrokenChain:
-            pass
+    if after_seq == 0 and state is not None:
+        subjects, stream_messages = state
+        count = sum(subjects.values())
+        if stream_messages - count > SCAN_SKIP_LIMIT:
+            try:
+                async with _DirectGetter(nc, stream, timeout_s) as getter:
+                    try:
+                        found = await _walk_session(getter, session_id, subjects)
+                        return _in_order(found, count), getter.sent
+                    finally:
+                        sent = getter.sent
+            except _BrokenChain:
+                pass
     messages = [
         raw async for raw in iterate_direct(nc, stream, subject_filter, after_seq, batch, timeout_s)
     ]
@@ -583,14 +577,16 @@ def _previous_seq(seq: int, headers: dict[str, str], subject_filter: str) -> int
 
 
 async def _walk_session(
-    getter: _DirectGetter, session_id: str, after_seq: int, subjects: dict[str, int], last: Msg
+    getter: _DirectGetter, session_id: str, subjects: dict[str, int]
 ) -> dict[int, tuple[Msg, int]]:
-    """Each message of the session after `after_seq`, by seq, with the seq of the one before
-    it; raises `_BrokenChain` when the back-pointers do not hold.
+    """Each message of the session by seq, with the seq of the one before it, following the
+    back-pointers (`_previous_seq`); raises `_BrokenChain` when they do not hold.
 
-    Anchors are looked up by the session's most frequent subject, not its wildcard filter:
-    for a literal subject the server skips blocks without it and scans at most one block,
-    where a wildcard lookup would scan everything up to the next match.
+    The session's last event and a few anchors spread below it split the chain into walks
+    that run concurrently, each down to the anchor below its own. Anchors are looked up by
+    the session's busiest literal subject, not its wildcard filter: for a literal subject the
+    server skips blocks without it and scans at most one, where a wildcard lookup would scan
+    everything up to the next match.
     """
     subject_filter = session_subject_filter(session_id)
     token = session_token(session_id)
@@ -599,9 +595,11 @@ async def _walk_session(
     def keep(message: Msg) -> int:
         headers = message.headers or {}
         seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
-        if parse_event_subject(subject) is None or last_token(subject) != token:
-            raise _BrokenChain(subject)
         previous = _previous_seq(seq, headers, subject_filter)
+        # Pointing up, or off the session: not a chain the server vouched for (a copy of the
+        # stream renumbered, a message written some other way).
+        if previous >= seq or parse_event_subject(subject) is None or last_token(subject) != token:
+            raise _BrokenChain(subject)
         found[seq] = (message, previous)
         return previous
 
@@ -610,41 +608,37 @@ async def _walk_session(
         with contextlib.suppress(_NotStored):
             keep(await getter.get({"next_by_subj": subject, "seq": start}))
 
-    keep(last)
+    keep(await getter.get({"last_by_subj": subject_filter}))
+    high = max(found)
+    lanes = min(CHAIN_MAX_LANES, max(1, sum(subjects.values()) // CHAIN_LANE_LENGTH))
     busiest = max(subjects, key=lambda subject: subjects[subject])
-    low, high = after_seq + 1, max(found)
-    lanes = min(
-        CHAIN_MAX_LANES, max(1, min(sum(subjects.values()), high - after_seq) // CHAIN_LANE_LENGTH)
-    )
-    starts = sorted({low + (high - low) * n // lanes for n in range(lanes)})
-    await asyncio.gather(*(anchor(busiest, start) for start in starts))
+    await asyncio.gather(*(anchor(busiest, 1 + high * n // lanes) for n in range(lanes)))
     order = sorted(found)
 
     async def walk(floor: int, top: int) -> None:
         previous = found[top][1]
         while previous > floor:
             previous = keep(await getter.get({"seq": previous}))
-        if previous != floor and floor != after_seq:
+        if previous != floor:
             raise _BrokenChain(f"the walk from {top} skips {floor}")
 
-    await asyncio.gather(
-        *(walk(f, t) for f, t in zip([after_seq, *order[:-1]], order, strict=True))
-    )
+    await asyncio.gather(*(walk(f, t) for f, t in zip([0, *order[:-1]], order, strict=True)))
     return found
 
 
-def _in_order(found: dict[int, tuple[Msg, int]], after_seq: int, count: int) -> list[RawStored]:
-    """The walked messages in stream order; a whole session must be exactly the server's
-    count, starting at an event with nothing before it."""
-    seqs = sorted(seq for seq in found if seq > after_seq)
-    if after_seq == 0 and (len(seqs) != count or found[seqs[0]][1] != 0):
-        raise _BrokenChain(f"found {len(seqs)} of {count}")
+def _in_order(found: dict[int, tuple[Msg, int]], count: int) -> list[RawStored]:
+    """The walked messages in stream order, if they are as many as the server counts: then,
+    all of them on the session's subjects and at distinct seqs, they are the whole session,
+    whatever the back-pointers said."""
+    if len(found) != count:
+        raise _BrokenChain(f"found {len(found)} of {count}")
+    seqs = sorted(found)
     return [
         RawStored(
             found[seq][0].data,
             seq,
             (found[seq][0].headers or {})["Nats-Subject"],
-            len(seqs) - index - 1,
+            count - index - 1,
         )
         for index, seq in enumerate(seqs)
     ]
