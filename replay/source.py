@@ -1,9 +1,10 @@
 """Where a replay reads events from: an exported JSON Lines file, or NATS (SPEC §7.1).
 
-From NATS, one session is read by its subject filter `transcript.reminder.*.<token>` with
-batched direct gets, so the cost grows with that session's events, not with the stream, and an
-auditor needs no right to create a consumer. An export row is the event envelope plus
-`stream_seq` and `subject`.
+From NATS, one session is read with direct gets (`services.adapters.jetstream.session_messages`:
+by its subject filter `transcript.reminder.*.<token>` when the stream is small, else by
+sequence along the events' back-pointers), so the cost grows with that session's events, not
+with the stream, and an auditor needs no right to create a consumer. An export row is the event
+envelope plus `stream_seq` and `subject`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,15 @@ from nats.aio.client import Client
 
 from contracts.decode import UnknownSchema, upcast
 from contracts.stored import StoredEvent
-from contracts.subjects import EVENT_SUBJECTS, session_subject_filter
+from contracts.subjects import EVENT_SUBJECTS
 from replay.errors import ReplayError
 from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect_url
-from services.adapters.jetstream import JetStreamApiError, iterate_direct
+from services.adapters.jetstream import (
+    JetStreamApiError,
+    RawStored,
+    iterate_direct,
+    session_messages,
+)
 
 EVENT_FILTER = EVENT_SUBJECTS
 
@@ -128,21 +134,13 @@ async def iterate_stream(
     progress: Callable[[int, int], None] | None = None,
 ) -> AsyncIterator[StoredEvent]:
     """Every stored message matching the filter, in order (batched direct gets: the reader
-    needs no consumer, and the cost grows with the matching messages only)."""
+    needs no consumer; the server steps over the messages between matching ones, so this is
+    for reading the whole stream, and `rows_from_nats` for one session)."""
     stats = stats or ReadStats()
     try:
         async for raw in iterate_direct(nc, stream, subject_filter, batch=2048):
             stats.server_sent += 1
-            if stats.delivered == 0:
-                stats.matching_at_start = raw.pending + 1
-            stats.delivered += 1
-            try:
-                envelope = orjson.loads(raw.data)
-            except orjson.JSONDecodeError:
-                envelope = {"schema": None}
-            if not isinstance(envelope, dict):
-                envelope = {"schema": None}
-            yield StoredEvent(envelope, raw.stream_seq, raw.subject)
+            yield _row(raw, stats)
             if progress is not None:
                 progress(stats.delivered, stats.delivered + raw.pending)
     except JetStreamApiError as exc:
@@ -151,13 +149,34 @@ async def iterate_stream(
         raise ReplayError(f"stream {stream} does not exist") from None
 
 
+def _row(raw: RawStored, stats: ReadStats) -> StoredEvent:
+    """A stored message as a row (a body that is not a JSON object gets no schema, so the
+    replay names it), counted in `stats`."""
+    if stats.delivered == 0:
+        stats.matching_at_start = raw.pending + 1
+    stats.delivered += 1
+    try:
+        envelope = orjson.loads(raw.data)
+    except orjson.JSONDecodeError:
+        envelope = {"schema": None}
+    if not isinstance(envelope, dict):
+        envelope = {"schema": None}
+    return StoredEvent(envelope, raw.stream_seq, raw.subject)
+
+
 async def rows_from_nats(
     nc: Client, stream: str, session_id: str, stats: ReadStats | None = None
 ) -> list[StoredEvent]:
-    """One session's rows, read by its subject filter (`iterate_stream`)."""
-    rows = [
-        row async for row in iterate_stream(nc, stream, session_subject_filter(session_id), stats)
-    ]
+    """One session's rows, in stream order (`session_messages`)."""
+    stats = stats or ReadStats()
+    try:
+        messages, sent = await session_messages(nc, stream, session_id, batch=2048)
+    except JetStreamApiError as exc:
+        raise ReplayError(f"stream {stream} cannot be read: {exc.description}") from None
+    except nats.errors.NoRespondersError:
+        raise ReplayError(f"stream {stream} does not exist") from None
+    stats.server_sent += sent
+    rows = [_row(raw, stats) for raw in messages]
     for row in rows:
         _check_schema(row.envelope, f"stream_seq {row.stream_seq}")
     return rows
