@@ -19,6 +19,7 @@ from services.adapters.jetstream import (
     event_stream_config,
     side_stream_configs,
 )
+from services.adapters.partitions import partition_durable, partition_stream
 from services.adapters.settings import Settings
 
 WORKERS = ("projector", "propagator", "observer")
@@ -64,10 +65,20 @@ async def _bucket_check(nc: Client, settings: Settings) -> Check:
     return Check(f"bucket {settings.kv_bucket}", True, f"{status.values} values")
 
 
+def _durables(settings: Settings) -> list[tuple[str, str]]:
+    """(stream, durable) of every worker; a partitioned projector has one per partition."""
+    durables = [(settings.stream, durable) for durable in WORKERS]
+    if settings.projector_partitions == 1:
+        return durables
+    view = partition_stream(settings)
+    partitions = [(view, partition_durable(p)) for p in range(settings.projector_partitions)]
+    return partitions + [pair for pair in durables if pair[1] != "projector"]
+
+
 async def _consumer_checks(nc: Client, settings: Settings) -> list[Check]:
     checks = []
-    for durable in WORKERS:
-        info = await _pulled_consumer_info(nc, settings.stream, durable)
+    for stream, durable in _durables(settings):
+        info = await _pulled_consumer_info(nc, stream, durable)
         if info is None:
             checks.append(Check(f"consumer {durable}", False, f"missing: {PROVISION_HINT}"))
             continue
