@@ -10,22 +10,27 @@ records `REMINDERS` sequences, not the view's), and a killed partition heals on 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import nats
 import pytest
 from nats.aio.client import Client
 
+from cli.embedded import EmbeddedNats
 from cli.provision import provision_all
 from client.sdk import ReminderClient
 from services.adapters.jetstream import ProvisionError, consumer_info
 from services.adapters.partitions import partition_durable, partition_stream
 from services.adapters.settings import Settings
 from tests.integration.read_side import wait_projected_equal
+from tests.integration.test_permissions import as_user, connect_as, secured_server
 from tests.processes import ServiceRunner
 
 PARTITIONS = 3
+__all__ = ["secured_server"]  # the fixture: a server with the users of k8s nats-auth.conf
 UNLIMITED = {"REMINDERS_RATE_LIMIT": "100000"}
 
 
@@ -117,3 +122,35 @@ async def test_partitioned_projectors_equal_a_replay_and_a_killed_one_heals(
     assert all(seq > 0 for seq in delivered), delivered
     # A work queue: what every partition acked is gone from the view.
     assert (await nc.jetstream().stream_info(view)).state.messages == 0
+
+
+async def test_partitioned_projectors_run_under_the_projector_user(
+    secured_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    provisioned = subprocess.run(
+        [sys.executable, "-m", "cli.main", "provision", "--nats", secured_server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **as_user("admin"), **partition_env(0, 2)},
+    )
+    assert provisioned.returncode == 0, provisioned.stdout + provisioned.stderr
+    assert "REMINDERS_PARTITIONED/projector_p1: created" in provisioned.stdout
+    settings = Settings.from_env({}, nats_url=secured_server.url)
+    runner = ServiceRunner(settings, tmp_path / "logs")
+    try:
+        runner.start("gateway", extra_env=as_user("gateway"))
+        for p in range(2):
+            runner.start("projector", extra_env={**as_user("projector"), **partition_env(p, 2)})
+        client_nc = await connect_as(secured_server, "client")
+        client = ReminderClient(client_nc)
+        for n in range(6):
+            await client.inject(f"secure-{n}", "hello", id="h1")
+        for n in range(6):
+            state = await client.call("state", {"session_id": f"secure-{n}"})
+            assert state["stale"] is False and state["state"]["session_seq"] == 1
+        await client_nc.close()
+    finally:
+        runner.stop_all()
+    assert not any("violation" in service.log().lower() for service in runner.running)
