@@ -19,6 +19,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from cli.doctor import run_checks
 from cli.embedded import EmbeddedNats
 from cli.provision import provision_all
 from client.sdk import ReminderClient
@@ -122,6 +123,12 @@ async def test_partitioned_projectors_equal_a_replay_and_a_killed_one_heals(
     assert all(seq > 0 for seq in delivered), delivered
     # A work queue: what every partition acked is gone from the view.
     assert (await nc.jetstream().stream_info(view)).state.messages == 0
+    # `reminders doctor` checks each partition's durable where it checked `projector`.
+    rows = {check.name: check for check in await run_checks(partitioned)}
+    assert "consumer projector" not in rows
+    for p in range(PARTITIONS):
+        row = rows[f"consumer {partition_durable(p)}"]
+        assert row.ok, row
 
 
 async def test_partitioned_projectors_run_under_the_projector_user(
