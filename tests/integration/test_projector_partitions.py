@@ -23,10 +23,11 @@ from cli.doctor import run_checks
 from cli.embedded import EmbeddedNats
 from cli.provision import provision_all
 from client.sdk import ReminderClient
+from contracts.records import Tombstone
 from services.adapters.jetstream import ProvisionError, consumer_info
 from services.adapters.partitions import partition_durable, partition_stream
 from services.adapters.settings import Settings
-from tests.integration.read_side import wait_projected_equal
+from tests.integration.read_side import projected, wait_projected_equal
 from tests.integration.test_permissions import as_user, connect_as, secured_server
 from tests.processes import ServiceRunner
 
@@ -161,3 +162,30 @@ async def test_partitioned_projectors_run_under_the_projector_user(
     finally:
         runner.stop_all()
     assert not any("violation" in service.log().lower() for service in runner.running)
+
+
+async def test_a_forgotten_sessions_queued_copies_are_skipped_and_leave_the_view(
+    nc: Client, partitioned: Settings, services: ServiceRunner
+) -> None:
+    services.start("gateway")
+    client = ReminderClient(nc)
+    for n in range(5):
+        await client.inject("lag", f"b{n}")
+    await client.inject("other", "o")
+    view = partition_stream(partitioned)
+    for _ in range(100):  # bounded: the source copies within moments
+        if (await nc.jetstream().stream_info(view)).state.messages == 6:
+            break
+        await asyncio.sleep(0.1)
+    reply = await client.call("forget", {"session_id": "lag"})
+    assert reply["ok"] is True
+    # The partitions start behind, with the forgotten session's copies still queued.
+    for p in range(PARTITIONS):
+        services.start("projector", extra_env=partition_env(p))
+    await wait_projected_equal(nc, partitioned, ["other"])
+    assert isinstance(await projected(nc, partitioned, "lag"), Tombstone)
+    for _ in range(100):  # bounded: acked copies leave the work queue
+        if (await nc.jetstream().stream_info(view)).state.messages == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert (await nc.jetstream().stream_info(view)).state.messages == 0
