@@ -25,6 +25,8 @@ from services.projector.adapters import JetStreamDeadLetters, NatsDelivery
 from services.projector.apply import Projector, Verdict
 from services.projector.consumer import next_batch
 from services.projector.partitions import (
+    DURABLE,
+    GROUP,
     ProjectorSource,
     projector_consumers,
     projector_source,
@@ -33,8 +35,6 @@ from services.runtime import Runtime
 
 log = logging.getLogger("reminders.projector")
 
-DURABLE = "projector"
-GROUP = "projector"
 FETCH_BATCH = 500
 
 
