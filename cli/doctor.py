@@ -71,7 +71,9 @@ async def _bucket_check(nc: Client, settings: Settings) -> Check:
 
 
 def _durables(settings: Settings) -> list[tuple[str, str]]:
-    """(stream, durable) of every worker's consumer, as `reminders provision` makes them."""
+    """(stream, durable) of every worker's consumer, as `reminders provision` makes them
+    (every partition's, when the projector is partitioned)."""
+    settings = settings.model_copy(update={"projector_partition": None})
     return [
         (durable.stream, durable.name)
         for make in WORKERS.values()

@@ -16,6 +16,8 @@ from services.workers import WORKERS
 
 async def provision_all(nc: Client, settings: Settings) -> dict[str, str]:
     """What was created, updated or left unchanged, by name."""
+    # Every partition's durable, whichever one this process's environment names.
+    settings = settings.model_copy(update={"projector_partition": None})
     done = await provision(nc.jetstream(), settings)
     for make in WORKERS.values():
         for durable in make(settings).consumers():

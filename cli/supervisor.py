@@ -33,6 +33,15 @@ class ServiceProcess:
     http_port: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    #: What it was started with beyond the settings, so a restart gets it again.
+    extra_env: dict[str, str] | None = None
+    #: How `up` names it when one service runs as several processes (`projector-p1`).
+    label: str = ""
+
+    @property
+    def title(self) -> str:
+        """The label, else the service name."""
+        return self.label or self.name
 
     def get(self, path: str) -> tuple[int, str]:
         """HTTP GET on the service's probe port."""
@@ -62,6 +71,7 @@ def spawn_service(
     extra_env: dict[str, str] | None = None,
     *,
     http_port: int | None = None,
+    label: str = "",
 ) -> ServiceProcess:
     """Start `reminders serve NAME` against `settings.nats_url`, output to `log_path`."""
     port = http_port or free_port()
@@ -80,12 +90,19 @@ def spawn_service(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    return ServiceProcess(name, port, process, log_path)
+    return ServiceProcess(name, port, process, log_path, extra_env, label)
 
 
 def respawn(service: ServiceProcess, settings: Settings) -> ServiceProcess:
     """Start an exited service again on the same probe port, appending to the same log."""
-    return spawn_service(service.name, settings, service.log_path, http_port=service.http_port)
+    return spawn_service(
+        service.name,
+        settings,
+        service.log_path,
+        service.extra_env,
+        http_port=service.http_port,
+        label=service.label,
+    )
 
 
 def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 30.0) -> None:
@@ -96,7 +113,7 @@ def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 30.0) -> N
         for service in list(waiting):
             if service.process.poll() is not None:
                 raise SupervisorError(
-                    f"{service.name} exited with {service.process.returncode}; "
+                    f"{service.title} exited with {service.process.returncode}; "
                     f"see {service.log_path}"
                 )
             if service.ready():
@@ -104,7 +121,7 @@ def wait_ready(services: Sequence[ServiceProcess], timeout_s: float = 30.0) -> N
         if waiting:
             time.sleep(0.05)
     if waiting:
-        names = ", ".join(service.name for service in waiting)
+        names = ", ".join(service.title for service in waiting)
         raise SupervisorError(f"not ready after {timeout_s}s: {names}")
 
 

@@ -85,6 +85,9 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
         for line in provision_summary(provisioned):
             console.print(f"  {line}", soft_wrap=True, highlight=False)
         for name in SERVICES:
+            if name == "projector" and settings.projector_partitions > 1:
+                system.services += spawn_partitions(settings)
+                continue
             log_path = settings.data_dir / "logs" / f"{name}.log"
             extra = providers_env(settings) if name == "providers" else None
             system.services.append(spawn_service(name, settings, log_path, extra))
@@ -99,11 +102,25 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
         raise
     for service in system.services:
         console.print(
-            f"  {service.name:<11} pid {service.process.pid:<7} "
+            f"  {service.title:<11} pid {service.process.pid:<7} "
             f"http://127.0.0.1:{service.http_port}/healthz · /readyz · /metrics"
         )
     console.print(f"Prometheus targets (file_sd): {system.scrape_targets}")
     return system
+
+
+def spawn_partitions(settings: Settings) -> list[ServiceProcess]:
+    """One projector process per partition (REMINDERS_PROJECTOR_PARTITIONS > 1)."""
+    processes = []
+    for partition in range(settings.projector_partitions):
+        label = f"projector-p{partition}"
+        env = {
+            "REMINDERS_PROJECTOR_PARTITIONS": str(settings.projector_partitions),
+            "REMINDERS_PROJECTOR_PARTITION": str(partition),
+        }
+        log_path = settings.data_dir / "logs" / f"{label}.log"
+        processes.append(spawn_service("projector", settings, log_path, env, label=label))
+    return processes
 
 
 def provision_summary(done: dict[str, str]) -> list[str]:
@@ -253,7 +270,7 @@ class Watchdog:
     def check(self, system: System, now: float) -> None:
         """Note new exits, restart the services whose backoff has passed."""
         for index, service in enumerate(system.services):
-            name = service.name
+            name = service.title
             if name in self.due:
                 if now >= self.due[name]:
                     del self.due[name]

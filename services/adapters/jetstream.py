@@ -49,6 +49,7 @@ from contracts.subjects import (
     session_token,
 )
 from core.canonical import canonical_bytes
+from services.adapters.partitions import partition_stream_config, source_contradictions
 from services.adapters.settings import Settings
 
 H_MSG_ID = "Nats-Msg-Id"
@@ -156,6 +157,8 @@ def _contradictions(existing: StreamConfig, wanted: StreamConfig) -> list[str]:
         problems.append(
             f"retention is {_plain(existing.retention)}, wanted {_plain(wanted.retention)}"
         )
+    if wanted.sources:
+        problems += source_contradictions(existing, wanted)
     return problems
 
 
@@ -242,6 +245,11 @@ async def provision(
         agent_events = agent_events_stream_config(settings)
         done[agent_events.name or ""] = await ensure_stream(js, agent_events)
     done[f"KV_{settings.kv_bucket}"] = await ensure_bucket(js, settings, check=check)
+    if not check and settings.projector_partitions > 1:
+        # The partitioned projectors check the view through their own consumers, like the
+        # providers service checks AGENT_EVENTS; with one partition it does not exist at all.
+        view = partition_stream_config(settings)
+        done[view.name or ""] = await ensure_stream(js, view)
     return done
 
 

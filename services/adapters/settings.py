@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.subjects import (
     DEFAULT_AGENT_EVENTS_STREAM,
@@ -52,6 +52,12 @@ class Settings(BaseModel):
         default=1000, ge=1, description="REMINDERS_MAX_WAITING_QUERIES (per gateway replica)"
     )
     cache_sessions: int = Field(default=10_000, ge=0, description="REMINDERS_CACHE_SESSIONS")
+    projector_partitions: int = Field(
+        default=1, ge=1, le=64, description="REMINDERS_PROJECTOR_PARTITIONS (docs/scaling.md)"
+    )
+    projector_partition: int | None = Field(
+        default=None, ge=0, description="REMINDERS_PROJECTOR_PARTITION (this process)"
+    )
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
     nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
     nats_password: str | None = Field(default=None, description="REMINDERS_NATS_PASSWORD")
@@ -71,6 +77,17 @@ class Settings(BaseModel):
     otlp_endpoint: str | None = Field(default=None, description="OTEL_EXPORTER_OTLP_ENDPOINT")
     trace_file: Path | None = Field(default=None, description="REMINDERS_TRACE_FILE")
     core: CoreConfig = Field(default_factory=CoreConfig, description="Rule bounds and rendering.")
+
+    @model_validator(mode="after")
+    def _partition_in_range(self) -> Settings:
+        if self.projector_partition is not None and (
+            self.projector_partition >= self.projector_partitions
+        ):
+            raise ValueError(
+                f"REMINDERS_PROJECTOR_PARTITION={self.projector_partition} is not below "
+                f"REMINDERS_PROJECTOR_PARTITIONS={self.projector_partitions}"
+            )
+        return self
 
     def __repr__(self) -> str:
         # Never print secrets (settings objects end up in logs and tracebacks).
@@ -99,6 +116,8 @@ class Settings(BaseModel):
             "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
             "REMINDERS_MAX_WAITING_QUERIES": "max_waiting_queries",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
+            "REMINDERS_PROJECTOR_PARTITIONS": "projector_partitions",
+            "REMINDERS_PROJECTOR_PARTITION": "projector_partition",
             "REMINDERS_NATS_USER": "nats_user",
             "REMINDERS_NATS_PASSWORD": "nats_password",
             "REMINDERS_NATS_INBOX_PREFIX": "nats_inbox_prefix",

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
-from contracts.subjects import EVENT_SUBJECTS
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.records import KvSessionStore
 from services.adapters.settings import Settings
@@ -24,13 +23,18 @@ from services.adapters.telemetry import (
 )
 from services.projector.adapters import JetStreamDeadLetters, NatsDelivery
 from services.projector.apply import Projector, Verdict
-from services.projector.consumer import next_batch, pinned_consumer_config
+from services.projector.consumer import next_batch
+from services.projector.partitions import (
+    DURABLE,
+    GROUP,
+    ProjectorSource,
+    projector_consumers,
+    projector_source,
+)
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.projector")
 
-DURABLE = "projector"
-GROUP = "projector"
 FETCH_BATCH = 500
 
 
@@ -43,14 +47,16 @@ class ProjectorWorker:
     projector: Projector | None = None
     metrics: ProjectorMetrics | None = None
     tracer: Tracer | None = None
+    source: ProjectorSource | None = None
 
     def consumers(self) -> list[DurableConsumer]:
-        """One durable consumer that every replica pulls from as one pinned group."""
-        config = pinned_consumer_config(DURABLE, GROUP, EVENT_SUBJECTS, priority_timeout_s=3.0)
-        return [DurableConsumer(self.settings.stream, config)]
+        """One durable consumer that every replica pulls from as one pinned group (one per
+        partition when partitioned: `partitions`)."""
+        return projector_consumers(self.settings)
 
     async def start(self, runtime: Runtime) -> None:
         """Register the instruments and open the bucket."""
+        self.source = projector_source(self.settings)
         meter = meter_provider("reminders-projector").get_meter("projector")
         self.metrics = ProjectorMetrics.create(meter)
         self.tracer = tracer_provider("reminders-projector", self.settings).get_tracer(
@@ -62,11 +68,13 @@ class ProjectorWorker:
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Pull, fold, write, ack — until `stop` is set."""
         nc = runtime.connection
+        assert self.source is not None
+        source = self.source
         pin_id: str | None = None
         stopping = asyncio.ensure_future(stop.wait())
         while not stop.is_set():
             fetch = asyncio.ensure_future(
-                next_batch(nc, self.settings.stream, DURABLE, GROUP, FETCH_BATCH, pin_id)
+                next_batch(nc, source.stream, source.durable, GROUP, FETCH_BATCH, pin_id)
             )
             await asyncio.wait({fetch, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if not fetch.done():
@@ -83,7 +91,7 @@ class ProjectorWorker:
             if not messages:
                 continue
             try:
-                await self._project([NatsDelivery(message) for message in messages])
+                await self._project([source.wrap(message) for message in messages])
             except Exception as exc:  # NATS away mid-batch: what was not acked is redelivered
                 log.warning("batch not applied", extra={"error": type(exc).__name__})
                 await asyncio.sleep(0.5)
