@@ -10,30 +10,40 @@ applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the projec
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import nats
+import orjson
 from nats.aio.client import Client
-from nats.js.kv import KeyValue
 
-from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.subjects import session_token
-from services.adapters.jetstream import last_session_seq
-from services.adapters.records import decode_record
+from services.adapters.jetstream import JetStreamApiError, last_session_seq
 from services.adapters.settings import Settings
-from services.gateway.watch import ProjectionWatch, TooManyWaiting
+from services.gateway.watch import Projected, ProjectionWatch, TooManyWaiting, read_projected
 
 DEFAULT_TIMEOUT_MS = 2000
+#: How long one read of the bucket may take (nats-py's own default for a KV get).
+READ_TIMEOUT_S = 5.0
 
 
-def _caught_up(record: SessionState | Tombstone | None, last_seq: int, min_seq: int) -> bool:
-    if isinstance(record, Tombstone):
+def _caught_up(record: Projected, last_seq: int, min_seq: int) -> bool:
+    if record.purged_through is not None:
         return last_seq <= record.purged_through and min_seq == 0
-    state = record or SessionState()
-    return state.stream_seq >= last_seq and state.session_seq >= min_seq
+    return record.stream_seq >= last_seq and record.session_seq >= min_seq
+
+
+async def _both(first: Awaitable[int], second: Awaitable[Projected]) -> tuple[int, Projected]:
+    """Await both at once; if either fails, raise its error once both are done (so neither
+    is left running with an error nobody reads)."""
+    last_seq, record = await asyncio.gather(first, second, return_exceptions=True)
+    if isinstance(last_seq, BaseException):
+        raise last_seq
+    if isinstance(record, BaseException):
+        raise record
+    return last_seq, record
 
 
 class QueryBusy(Exception):
@@ -51,7 +61,8 @@ class ProjectionReader:
     def __init__(self, nc: Client, settings: Settings) -> None:
         self._nc = nc
         self._settings = settings
-        self._kv: KeyValue | None = None
+        self._msg_get = f"$JS.API.STREAM.MSG.GET.KV_{settings.kv_bucket}"
+        self._key_prefix = f"$KV.{settings.kv_bucket}."
         self.watch = ProjectionWatch(
             nc,
             settings.kv_bucket,
@@ -60,17 +71,44 @@ class ProjectionReader:
             max_waiting_per_session=max(1, settings.max_waiting_queries // 10),
         )
 
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self._nc.jetstream().key_value(self._settings.kv_bucket)
-        return self._kv
+    async def _get(self, token: str) -> Projected:
+        """The key's last value, read with the JetStream API directly (the subject nats-py's
+        KV get uses) and `orjson`: no model, and none of nats-py's stdlib-json entry."""
+        reply = await self._nc.request(
+            self._msg_get,
+            orjson.dumps({"last_by_subj": self._key_prefix + token}),
+            timeout=READ_TIMEOUT_S,
+        )
+        answer: dict[str, Any] = orjson.loads(reply.data)
+        error = answer.get("error")
+        if error is not None:
+            if error.get("code") == 404:  # no value for the key
+                return Projected()
+            raise JetStreamApiError(error)
+        # A deleted or purged key holds an empty value: an empty record, as before.
+        return read_projected(base64.b64decode(answer["message"].get("data") or b""))
 
-    async def _get(self, token: str) -> SessionState | Tombstone | None:
-        try:
-            entry = await (await self._bucket()).get(token)
-        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-            return None
-        return decode_record(entry.value)
+    async def projected(
+        self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
+    ) -> tuple[Projected, bool]:
+        """The projected value once it covers every stored event; and whether it is stale.
+
+        Raises `QueryBusy` when the query would have to wait and every place is taken.
+        """
+        timeout_s = (DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000
+        token = session_token(session_id)
+        # Both reads at once: the order does not matter, since the value is only taken once
+        # it covers the last sequence read after the query arrived.
+        last_seq, record = await _both(
+            last_session_seq(self._nc, self._settings.stream, session_id), self._get(token)
+        )
+
+        def ready(record: Projected) -> bool:
+            return _caught_up(record, last_seq, min_seq)
+
+        if not ready(record) and timeout_s > 0:
+            record = await self._wait(token, ready, timeout_s)
+        return record, not ready(record)
 
     async def session_state(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
@@ -79,27 +117,34 @@ class ProjectionReader:
 
         Raises `QueryBusy` when the query would have to wait and every place is taken.
         """
-        timeout_s = (DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000
-        token = session_token(session_id)
-        last_seq = await last_session_seq(self._nc, self._settings.stream, session_id)
+        record, stale = await self.projected(session_id, min_seq, timeout_ms)
+        return record.session_state() or SessionState(session_id=session_id), stale
 
-        def ready(record: SessionState | Tombstone | None) -> bool:
-            return _caught_up(record, last_seq, min_seq)
+    async def state_reply(
+        self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
+    ) -> dict[str, Any]:
+        """The `state` reply (SPEC §4.10): `{ok, state, stale}`.
 
-        record = await self._get(token)
-        if not ready(record) and timeout_s > 0:
-            record = await self._wait(token, ready, timeout_s)
-        stale = not ready(record)
-        if isinstance(record, SessionState):
-            return record, stale
-        return SessionState(session_id=session_id), stale
+        A value the current projector wrote is the canonical JSON of exactly the state's
+        `model_dump(mode="json")`, so it goes into the reply as it is stored (an
+        `orjson.Fragment`), not through the model and back. Anything else (an empty key, a
+        tombstone, a value of another shape) goes through the model as before.
+        """
+        record, stale = await self.projected(session_id, min_seq, timeout_ms)
+        state: Any
+        if record.is_state and record.current:
+            state = orjson.Fragment(record.value)
+        else:
+            model = record.session_state() or SessionState(session_id=session_id)
+            state = model.model_dump(mode="json")
+        return {"ok": True, "state": state, "stale": stale}
 
     async def _wait(
         self,
         token: str,
-        ready: Callable[[SessionState | Tombstone | None], bool],
+        ready: Callable[[Projected], bool],
         timeout_s: float,
-    ) -> SessionState | Tombstone | None:
+    ) -> Projected:
         await self.watch.ensure_started()
         try:
             waiter = self.watch.register(token, ready)

@@ -262,19 +262,18 @@ class CommandService:
             return await self._decide_and_commit(command, warnings)
 
     async def _query(self, query: StateQuery | PendingInjectionsQuery) -> dict[str, Any]:
-        min_seq = (query.min_seq or 0) if isinstance(query, StateQuery) else 0
         try:
-            state, stale = await self._reader.session_state(
-                query.session_id, min_seq, query.timeout_ms
-            )
+            if isinstance(query, StateQuery):
+                return await self._reader.state_reply(
+                    query.session_id, query.min_seq or 0, query.timeout_ms
+                )
+            state, stale = await self._reader.session_state(query.session_id, 0, query.timeout_ms)
         except QueryBusy as busy:
             return error_reply(
                 ErrorCode.RATE_LIMITED,
                 "too many queries are waiting; retry later",
                 retry_after_ms=busy.retry_after_ms,
             )
-        if isinstance(query, StateQuery):
-            return {"ok": True, "state": state.model_dump(mode="json"), "stale": stale}
         return {"ok": True, **pending_injections(state), "stale": stale}
 
     async def close(self) -> None:

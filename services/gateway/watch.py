@@ -6,6 +6,9 @@ gateway keeps a single ordered consumer on `$KV.<bucket>.>` that delivers new va
 and hands each update to the queries waiting on that key. Waits are bounded per replica and
 per session, so one session's flood cannot take every place: past either bound a query is
 answered `rate_limited` at once.
+
+A waiting query only needs to know how far a value has got, so the watch reads a value as a
+`Projected` (its bytes and sequences, from one `orjson` parse), never as the full model.
 """
 
 from __future__ import annotations
@@ -14,19 +17,71 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import DeliverPolicy
 
-from contracts.records import Tombstone
 from contracts.state import SessionState
-from services.adapters.records import decode_record
 
 log = logging.getLogger("reminders.gateway")
 
-Record = SessionState | Tombstone | None
+#: Top-level keys of a state the current `encode_state` writes (`providers` only once set).
+_STATE_KEYS = frozenset(SessionState.model_fields)
+_STATE_KEYS_BEFORE_PROVIDERS = _STATE_KEYS - {"providers"}
+
+
+@dataclass(frozen=True)
+class Projected:
+    """One value of the projection bucket, read only as far as a query needs: its bytes,
+    the sequences a wait compares, and whether it is a tombstone."""
+
+    value: bytes = b""
+    session_seq: int = 0
+    stream_seq: int = 0
+    #: Set for a tombstone (SPEC §4.11): the stream sequence its purge went up to.
+    purged_through: int | None = None
+    #: Whether the value has exactly the top-level fields of the current `SessionState`, so
+    #: it can be passed on as the reply's state as stored (`encode_state` wrote it).
+    current: bool = False
+
+    @property
+    def is_state(self) -> bool:
+        """A session state (not an empty key, not a tombstone)."""
+        return bool(self.value) and self.purged_through is None
+
+    def session_state(self) -> SessionState | None:
+        """The full model (None for an empty key or a tombstone)."""
+        return SessionState.model_validate_json(self.value) if self.is_state else None
+
+
+def read_projected(value: bytes | None) -> Projected:
+    """A bucket value as a `Projected` (an empty or deleted one: an empty record);
+    `ValueError` for what the projector would not write."""
+    if not value:
+        return Projected()
+    raw: Any = orjson.loads(value)
+    if not isinstance(raw, dict):
+        raise ValueError("a bucket value is not a JSON object")
+    if raw.get("tombstone") is True:
+        return Projected(value, purged_through=_int(raw, "purged_through"))
+    keys = raw.keys()
+    return Projected(
+        value,
+        session_seq=_int(raw, "session_seq"),
+        stream_seq=_int(raw, "stream_seq"),
+        current=keys in (_STATE_KEYS, _STATE_KEYS_BEFORE_PROVIDERS),
+    )
+
+
+def _int(raw: dict[str, Any], key: str) -> int:
+    value = raw.get(key, 0)
+    if type(value) is not int:
+        raise ValueError(f"{key} is not an integer")
+    return value
 
 
 class TooManyWaiting(Exception):
@@ -38,8 +93,8 @@ class Waiter:
     """One query waiting until a record of its key satisfies `ready`."""
 
     token: str
-    ready: Callable[[Record], bool]
-    done: asyncio.Future[Record] = field(default_factory=asyncio.Future)
+    ready: Callable[[Projected], bool]
+    done: asyncio.Future[Projected] = field(default_factory=asyncio.Future)
 
 
 class ProjectionWatch:
@@ -82,7 +137,7 @@ class ProjectionWatch:
             await self._subscription.unsubscribe()
             self._subscription = None
 
-    def register(self, token: str, ready: Callable[[Record], bool]) -> Waiter:
+    def register(self, token: str, ready: Callable[[Projected], bool]) -> Waiter:
         """A place for one waiting query, or `TooManyWaiting`."""
         waiting_here = self._waiters.setdefault(token, set())
         if self._count >= self._max_waiting or len(waiting_here) >= self._per_session:
@@ -112,7 +167,7 @@ class ProjectionWatch:
             return  # nobody waits on this key: not even decoded
         operation = (message.headers or {}).get("KV-Operation")
         try:
-            record = None if operation in ("DEL", "PURGE") else decode_record(message.data)
+            record = read_projected(None if operation in ("DEL", "PURGE") else message.data)
         except ValueError as exc:  # a value the projector would not write: wait on
             log.warning("unreadable bucket value", extra={"error": type(exc).__name__})
             return
