@@ -89,7 +89,7 @@ def sizes_of(args: argparse.Namespace) -> dict[str, float]:
 def run(
     selected: list[str], sizes: dict[str, float], done: Callable[[dict[str, Any]], object]
 ) -> dict[str, dict[str, Any]]:
-    """Run the selected scenarios in a fixed order; returns each one's raw result. `done` is
+    """Run the selected scenarios, the big streams last; returns each one's raw result. `done` is
     called with the results so far before each step, so a long run that fails late keeps
     what it measured."""
     out: dict[str, dict[str, Any]] = {}
@@ -117,6 +117,13 @@ def run(
         out["inject_visible"] = write_path.inject_visible(
             n["visible_sessions"], n["visible_commands"]
         )
+    if "providers" in selected:
+        step("providers")
+        out["providers"] = asyncio.run(
+            providers_measure(
+                n["providers_events"], n["providers_sessions"], n["providers_concurrency"]
+            )
+        )
     if "projector_10k" in selected:
         step("projector_10k")
         plan = Plan(n["sessions_10k"], sizes["commands_per_session_10k"], n["long_commands"])
@@ -136,13 +143,6 @@ def run(
                 "replay_alone_ms": result["replay_alone_ms"],
                 "replay_locality_ratio": result["replay_locality_ratio"],
             }
-    if "providers" in selected:
-        step("providers")
-        out["providers"] = asyncio.run(
-            providers_measure(
-                n["providers_events"], n["providers_sessions"], n["providers_concurrency"]
-            )
-        )
     return out
 
 
