@@ -127,22 +127,36 @@ def run(
     if "projector_10k" in selected:
         step("projector_10k")
         plan = Plan(n["sessions_10k"], sizes["commands_per_session_10k"], n["long_commands"])
-        out["projector_10k"] = catch_up.big_stream(plan, catch_up=True, locality=True)
+
+        def keep(result: dict[str, Any]) -> None:
+            out["projector_10k"] = result
+            done(out)
+
+        keep(catch_up.big_stream(plan, catch_up=True, locality=True, partial=keep))
     if "projector_100k" in selected or "replay_locality" in selected:
         step("projector_100k / replay_locality")
         plan = Plan(n["sessions_100k"], sizes["commands_per_session_100k"], n["long_commands"])
-        result = catch_up.big_stream(
-            plan, catch_up="projector_100k" in selected, locality="replay_locality" in selected
+
+        def share(result: dict[str, Any]) -> None:
+            if "projector_100k" in selected:
+                out["projector_100k"] = result
+            if "replay_locality" in selected and "replay_locality_ratio" in result:
+                keys = ("sessions", "events", "long_session_events", "replay_in_stream_ms")
+                out["replay_locality"] = {
+                    **{key: result[key] for key in keys},
+                    "replay_alone_ms": result["replay_alone_ms"],
+                    "replay_locality_ratio": result["replay_locality_ratio"],
+                }
+            done(out)
+
+        share(
+            catch_up.big_stream(
+                plan,
+                catch_up="projector_100k" in selected,
+                locality="replay_locality" in selected,
+                partial=share,
+            )
         )
-        if "projector_100k" in selected:
-            out["projector_100k"] = result
-        if "replay_locality" in selected:
-            keys = ("sessions", "events", "long_session_events", "replay_in_stream_ms")
-            out["replay_locality"] = {
-                **{key: result[key] for key in keys},
-                "replay_alone_ms": result["replay_alone_ms"],
-                "replay_locality_ratio": result["replay_locality_ratio"],
-            }
     return out
 
 

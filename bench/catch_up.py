@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +174,16 @@ def replay_alone_ms(traffic: Traffic) -> float:
         return asyncio.run(replay_ms(server.url, LONG_SESSION))[0]
 
 
-def big_stream(plan: Plan, *, catch_up: bool = True, locality: bool = True) -> dict[str, Any]:
-    """Fill one stream per `plan`; measure the read baselines and the projector (`catch_up`)
-    and the long session's replay against it alone (`locality`)."""
+def big_stream(
+    plan: Plan,
+    *,
+    catch_up: bool = True,
+    locality: bool = True,
+    partial: Callable[[dict[str, Any]], object] = lambda _: None,
+) -> dict[str, Any]:
+    """Fill one stream per `plan`; measure the long session's replay against it alone
+    (`locality`), then the read baselines and the projector (`catch_up`). `partial` gets the
+    result so far after each part, the quick ones first, so a long run stopped late keeps them."""
     started = time.perf_counter()
     traffic = generate(plan)
     result: dict[str, Any] = {
@@ -191,22 +199,24 @@ def big_stream(plan: Plan, *, catch_up: bool = True, locality: bool = True) -> d
         total = asyncio.run(append_all(server.url, traffic, plan))
         result["append_s"] = round(time.perf_counter() - started, 1)
         result["stream_messages"] = total
+        if locality:
+            inside, events = asyncio.run(replay_ms(server.url, LONG_SESSION))
+            alone = replay_alone_ms(traffic)
+            result["long_session_events"] = events
+            result["replay_in_stream_ms"] = inside
+            result["replay_alone_ms"] = alone
+            result["replay_locality_ratio"] = round(inside / alone, 2)
+            partial(result)
         if catch_up:
             result["raw_fetch_ack_msgs_per_s"] = asyncio.run(fetch_and_ack(server.url, total))
             result["raw_ordered_msgs_per_s"] = asyncio.run(ordered_read(server.url, total))
+            partial(result)
             events_per_s, start_s, peak = projector_catch_up(server.url)
             result["projector_events_per_s"] = events_per_s
             result["projector_start_s"] = start_s
             result["projector_peak_rss_mib"] = peak
+            partial(result)
             checked, mismatches = asyncio.run(verify(server.url))
             result["verified_sessions"] = checked
             result["verify_mismatches"] = mismatches
-        if locality:
-            inside, events = asyncio.run(replay_ms(server.url, LONG_SESSION))
-            result["long_session_events"] = events
-            result["replay_in_stream_ms"] = inside
-    if locality:
-        alone = replay_alone_ms(traffic)
-        result["replay_alone_ms"] = alone
-        result["replay_locality_ratio"] = round(result["replay_in_stream_ms"] / alone, 2)
     return result

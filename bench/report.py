@@ -181,7 +181,8 @@ def figures(scenarios: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for figure in FIGURES:
         result = scenarios.get(figure.scenario)
-        if result is None:
+        # A scenario stopped part way reports the parts it finished.
+        if result is None or figure.value not in result:
             continue
         value = float(result[figure.value])
         baseline = float(result[figure.baseline]) if figure.baseline else None
@@ -216,6 +217,9 @@ def markdown(results: dict[str, Any]) -> str:
     for figure in FIGURES:
         row = results.get("figures", {}).get(figure.key)
         if row is None:
+            lines.append(
+                f"| {figure.what} | — | not measured in this run | — | {figure.target_text()} | — |"
+            )
             continue
         baseline = (
             f"{row['baseline_what']}: {_number(row['baseline'])}"
@@ -237,9 +241,17 @@ def markdown(results: dict[str, Any]) -> str:
             )
     run = results.get("run", {})
     lines.append("")
+    merged = results.get("merged_runs", [])
+    later = {name for part in merged for name in part.get("scenarios", [])}
+    own = [name for name in results.get("scenarios", {}) if name not in later]
+    runs = [{**run, "scenarios": own}, *merged]
+    when = " and ".join(
+        f"{part.get('at', '?')} (load average {part.get('load_average_at_start', '?')} at the "
+        f"start, {', '.join(part.get('scenarios', []))})"
+        for part in runs
+    )
     lines.append(
-        f"Measured {run.get('at', '?')} on {run.get('cpus', '?')} cores "
-        f"(load average {run.get('load_average_at_start', '?')} at the start)"
+        f"Measured on {run.get('cpus', '?')} cores, {when}"
         + (f"; {'; '.join(sizes)}" if sizes else "")
         + "."
     )
