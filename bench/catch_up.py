@@ -68,12 +68,19 @@ async def fetch_and_ack(url: str, total: int) -> float:
 async def ordered_read(url: str, total: int) -> float:
     """Baseline: messages/s of a raw ordered push consumer reading every message."""
     nc = await nats.connect(url)
+    # The client's default pending limits (256 MiB) are smaller than a big stream: past them
+    # it drops messages as a slow consumer and the ordered consumer restarts, which stalls the
+    # read under load. The baseline is meant to read, not to measure that.
     subscription = await nc.jetstream().subscribe(
-        SUBJECTS, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+        SUBJECTS,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+        pending_msgs_limit=4 * 1024 * 1024,
+        pending_bytes_limit=4 * 1024 * 1024 * 1024,
     )
     started = time.perf_counter()
     for _ in range(total):
-        await subscription.next_msg(timeout=10)
+        await subscription.next_msg(timeout=60)
     seconds = time.perf_counter() - started
     await subscription.unsubscribe()
     await nc.close()
