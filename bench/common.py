@@ -8,12 +8,17 @@ import resource
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import nats
+
 from cli.embedded import EmbeddedNats
+from cli.provision import provision_all
+from cli.supervisor import ServiceProcess, spawn_service, stop_all, wait_ready
+from services.adapters.settings import Settings
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -53,3 +58,52 @@ def emit(name: str, result: dict[str, Any]) -> None:
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The `fraction` quantile of `values` (nearest rank), rounded to 0.01; 0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
+    return round(ordered[index], 2)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a live process in MiB; 0 when it cannot be read."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+async def provision_server(url: str, settings: Settings | None = None) -> None:
+    """Streams, bucket and every worker's durable consumer, as `reminders provision` makes them."""
+    nc = await nats.connect(url)
+    try:
+        await provision_all(nc, settings or Settings(nats_url=url))
+    finally:
+        await nc.close()
+
+
+@contextmanager
+def running_services(
+    url: str, names: Sequence[str], extra_env: dict[str, str] | None = None
+) -> Iterator[dict[str, ServiceProcess]]:
+    """`reminders serve NAME` for each name, as `reminders up` spawns them, ready; stopped on
+    exit. The gateway's rate limit is lifted: the benchmarks measure throughput, not the limit."""
+    settings = Settings(nats_url=url)
+    env = {"REMINDERS_RATE_LIMIT": "1000000", **(extra_env or {})}
+    with tempfile.TemporaryDirectory() as logs:
+        services = [
+            spawn_service(name, settings, Path(logs) / f"{name}.log", env) for name in names
+        ]
+        try:
+            wait_ready(services, timeout_s=60)
+            yield {service.name: service for service in services}
+        finally:
+            stop_all(services)

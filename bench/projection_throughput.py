@@ -25,6 +25,7 @@ from nats.js.api import DeliverPolicy
 from bench.common import embedded_server, emit, max_rss_mib, rate
 from cli.provision import provision_all
 from cli.supervisor import spawn_service, stop_all, wait_ready
+from contracts.events import Event
 from contracts.state import SessionState
 from core import fold_all, handle
 from replay.engine import replay
@@ -40,7 +41,8 @@ def session_appends(sessions: int, turns: int) -> list[SessionAppend]:
     appends = []
     for number in range(sessions):
         session_id = f"bench-{number}"
-        state, events, n = SessionState(), [], 0
+        state, n = SessionState(), 0
+        events: list[Event] = []
         for turn in range(turns):
             for op, fields in (
                 (
@@ -67,7 +69,8 @@ def session_appends(sessions: int, turns: int) -> list[SessionAppend]:
 async def fill(url: str, appends: list[SessionAppend]) -> int:
     nc = await nats.connect(url)
     await provision_all(nc, Settings(nats_url=url))
-    total, group, size = 0, [], 0
+    total, size = 0, 0
+    group: list[SessionAppend] = []
     for append in appends:
         if size + len(append.events) > 1000 and group:
             await publish_atomic(nc, group, f"fill-{total}")

@@ -1,0 +1,229 @@
+"""The read side over a big interleaved stream, beside raw nats-py reads of the same stream.
+
+One fresh stream is filled with `bench.traffic` (many sessions interleaved in time, one long
+session spread through it), then, in the same run on the same server:
+- baseline `fetch+ack`: a raw pull consumer on a fresh durable, `fetch(1000)` and `ack` of every
+  message (no decoding), the least a durable consumer costs;
+- baseline `ordered`: a raw ordered push consumer reading every message;
+- the projector: a real `reminders serve projector` process from zero until its durable
+  consumer has nothing pending or unacknowledged (timed from its readiness, over the events
+  still unsettled then; the start-up is reported apart), its peak RSS (VmHWM,
+  read before it stops), then `verify_projection` over every session (mismatch count);
+- replay locality: the long session read and replayed as `reminders replay` does it
+  (`replay.source.rows_from_nats` + `replay.engine.replay`) inside the big stream, against the
+  same events alone in a fresh stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from bench.common import embedded_server, peak_rss_mib, provision_server, rate
+from bench.traffic import LONG_SESSION, MAX_BATCH, Plan, Traffic, append_all, generate
+from cli.supervisor import spawn_service, stop_all, wait_ready
+from replay.engine import replay
+from replay.rebuild import verify_projection
+from replay.source import rows_from_nats
+from services.adapters.jetstream import SessionAppend, consumer_info, publish_atomic
+from services.adapters.settings import Settings
+
+STREAM = "REMINDERS"
+SUBJECTS = "transcript.reminder.>"
+#: Upper bound of any one phase (a read, the catch-up, the verification).
+PHASE_TIMEOUT_S = 1800.0
+
+
+async def fetch_and_ack(url: str, total: int) -> float:
+    """Baseline: messages/s of fetch(1000) + ack of every message on a fresh durable."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    subscription = await js.pull_subscribe(
+        SUBJECTS,
+        durable="bench-fetch",
+        stream=STREAM,
+        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=-1),
+    )
+    read = 0
+    started = time.perf_counter()
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while read < total and time.monotonic() < deadline:
+        for message in await subscription.fetch(1000, timeout=10):
+            await message.ack()
+            read += 1
+    seconds = time.perf_counter() - started
+    await subscription.unsubscribe()
+    await js.delete_consumer(STREAM, "bench-fetch")
+    await nc.close()
+    return rate(read, seconds)
+
+
+async def ordered_read(url: str, total: int) -> float:
+    """Baseline: messages/s of a raw ordered push consumer reading every message."""
+    nc = await nats.connect(url)
+    # The client's default pending limits (256 MiB) are smaller than a big stream: past them
+    # it drops messages as a slow consumer and the ordered consumer restarts, which stalls the
+    # read under load. The baseline is meant to read, not to measure that.
+    subscription = await nc.jetstream().subscribe(
+        SUBJECTS,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+        pending_msgs_limit=4 * 1024 * 1024,
+        pending_bytes_limit=4 * 1024 * 1024 * 1024,
+    )
+    started = time.perf_counter()
+    for _ in range(total):
+        await subscription.next_msg(timeout=60)
+    seconds = time.perf_counter() - started
+    await subscription.unsubscribe()
+    await nc.close()
+    return rate(total, seconds)
+
+
+async def _settled(url: str) -> None:
+    """Return once the projector's durable has nothing pending or unacknowledged."""
+    nc = await nats.connect(url)
+    try:
+        while True:
+            info = await consumer_info(nc, STREAM, "projector")
+            if info["num_pending"] == 0 and info["num_ack_pending"] == 0:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await nc.close()
+
+
+async def _pending(url: str) -> int:
+    nc = await nats.connect(url)
+    try:
+        info = await consumer_info(nc, STREAM, "projector")
+        return int(info["num_pending"]) + int(info["num_ack_pending"])
+    finally:
+        await nc.close()
+
+
+def projector_catch_up(url: str) -> tuple[float, float, float]:
+    """A projector process from zero to caught up: (events/s from its readiness over what was
+    still unsettled then, seconds from spawn to ready, peak RSS MiB). The process start is left
+    out of the rate: it is a constant, not a cost per event."""
+    settings = Settings(nats_url=url)
+    with tempfile.TemporaryDirectory() as logs:
+        projector = spawn_service("projector", settings, Path(logs) / "projector.log")
+        try:
+            spawned = time.perf_counter()
+            wait_ready([projector], timeout_s=120)
+            ready = time.perf_counter()
+            pending = asyncio.run(_pending(url))
+            asyncio.run(asyncio.wait_for(_settled(url), PHASE_TIMEOUT_S))
+            seconds = time.perf_counter() - ready
+            peak = peak_rss_mib(projector.process.pid)
+        finally:
+            stop_all([projector])
+    return rate(pending, seconds), round(ready - spawned, 2), peak
+
+
+async def verify(url: str) -> tuple[int, int]:
+    """(sessions checked, mismatches) of `verify_projection` over every session."""
+    nc = await nats.connect(url)
+    try:
+        checked, mismatches = await asyncio.wait_for(
+            verify_projection(nc, STREAM, Settings(nats_url=url).kv_bucket), PHASE_TIMEOUT_S
+        )
+    finally:
+        await nc.close()
+    return checked, len(mismatches)
+
+
+async def replay_ms(url: str, session_id: str, repeats: int = 5) -> tuple[float, int]:
+    """Best of `repeats`: milliseconds to read one session by its subject filter and replay it
+    (what `reminders replay` does), and how many events it has."""
+    nc = await nats.connect(url)
+    best, events = float("inf"), 0
+    try:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            rows = await rows_from_nats(nc, STREAM, session_id)
+            replay(rows)
+            best = min(best, time.perf_counter() - started)
+            events = len(rows)
+    finally:
+        await nc.close()
+    return round(best * 1000, 2), events
+
+
+async def append_alone(url: str, traffic: Traffic, session_id: str) -> None:
+    """One session's events alone in a fresh stream, in batches of up to MAX_BATCH messages."""
+    events = traffic.session_events(session_id)
+    nc = await nats.connect(url)
+    last = 0
+    try:
+        for start in range(0, len(events), MAX_BATCH):
+            part = events[start : start + MAX_BATCH]
+            last = await publish_atomic(
+                nc, [SessionAppend(session_id, last, part)], f"alone-{start}", timeout_s=30
+            )
+    finally:
+        await nc.close()
+
+
+def replay_alone_ms(traffic: Traffic) -> float:
+    """The long session replayed from a fresh stream that holds only its events."""
+    with embedded_server() as server:
+        asyncio.run(provision_server(server.url))
+        asyncio.run(append_alone(server.url, traffic, LONG_SESSION))
+        return asyncio.run(replay_ms(server.url, LONG_SESSION))[0]
+
+
+def big_stream(
+    plan: Plan,
+    *,
+    catch_up: bool = True,
+    locality: bool = True,
+    partial: Callable[[dict[str, Any]], object] = lambda _: None,
+) -> dict[str, Any]:
+    """Fill one stream per `plan`; measure the long session's replay against it alone
+    (`locality`), then the read baselines and the projector (`catch_up`). `partial` gets the
+    result so far after each part, the quick ones first, so a long run stopped late keeps them."""
+    started = time.perf_counter()
+    traffic = generate(plan)
+    result: dict[str, Any] = {
+        "sessions": plan.sessions,
+        "commands_per_session": plan.commands_per_session,
+        "events": traffic.events,
+        "mean_event_bytes": traffic.mean_event_bytes(),
+        "generate_s": round(time.perf_counter() - started, 1),
+    }
+    with embedded_server() as server:
+        asyncio.run(provision_server(server.url))
+        started = time.perf_counter()
+        total = asyncio.run(append_all(server.url, traffic, plan))
+        result["append_s"] = round(time.perf_counter() - started, 1)
+        result["stream_messages"] = total
+        if locality:
+            inside, events = asyncio.run(replay_ms(server.url, LONG_SESSION))
+            alone = replay_alone_ms(traffic)
+            result["long_session_events"] = events
+            result["replay_in_stream_ms"] = inside
+            result["replay_alone_ms"] = alone
+            result["replay_locality_ratio"] = round(inside / alone, 2)
+            partial(result)
+        if catch_up:
+            result["raw_fetch_ack_msgs_per_s"] = asyncio.run(fetch_and_ack(server.url, total))
+            result["raw_ordered_msgs_per_s"] = asyncio.run(ordered_read(server.url, total))
+            partial(result)
+            events_per_s, start_s, peak = projector_catch_up(server.url)
+            result["projector_events_per_s"] = events_per_s
+            result["projector_start_s"] = start_s
+            result["projector_peak_rss_mib"] = peak
+            partial(result)
+            checked, mismatches = asyncio.run(verify(server.url))
+            result["verified_sessions"] = checked
+            result["verify_mismatches"] = mismatches
+    return result

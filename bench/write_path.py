@@ -1,0 +1,258 @@
+"""The write path through real service processes, beside raw nats-py baselines from the same run.
+
+- `write_gateway`: injects (with a dedupe key) from many sessions in parallel through a gateway
+  process; baseline: OCC plain publish (`js.publish` with the last-subject-sequence
+  expectation), as many sessions in parallel, one message per command.
+- `write_all_services`: the same with every service running as `reminders up` runs them, and
+  how far the projector is behind when the last reply arrives.
+- `sequential_latency`: one session, one inject after another; baseline: one single-message
+  atomic batch per inject, one after another.
+- `inject_visible`: light load; from sending an inject to a `state` query with `min_seq` = the
+  reply's session_seq returning through the gateway, with the projector running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import nats
+
+from bench.common import embedded_server, percentile, provision_server, rate, running_services
+from bench.traffic import decide_session
+from cli.up import SERVICES
+from client.sdk import ReminderClient
+from contracts.subjects import event_subject, session_subject_filter
+from services.adapters.jetstream import (
+    H_EXPECTED_SEQ,
+    H_EXPECTED_SUBJECT,
+    SessionAppend,
+    consumer_info,
+    encode_event,
+    publish_atomic,
+)
+
+#: How long one phase may wait for replies or for the projector before giving up.
+PHASE_TIMEOUT_S = 300.0
+
+
+def inject_payload(session_id: str, n: int) -> dict[str, Any]:
+    """The n-th inject of a session: same dedupe key each time, so `deduped` + `injected`."""
+    return {
+        "session_id": session_id,
+        "reminder": {"body": f"note {n}: keep the tests green", "ttl_turns": 3, "dedupe_key": "k"},
+    }
+
+
+async def occ_plain_publish(url: str, sessions: int, per_session: int) -> float:
+    """Baseline: messages/s of `js.publish` with the OCC expectation headers, `sessions`
+    sessions in parallel, each publishing one message after another (expecting its last)."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    # A real stored event's bytes: what one command of the gateway writes, less the batch.
+    data = encode_event(decide_session("occ-template", [0])[0][0])
+
+    async def lane(number: int) -> None:
+        session_id = f"occ-{number}"
+        subject = event_subject("injected", session_id)
+        expected = {H_EXPECTED_SUBJECT: session_subject_filter(session_id)}
+        last = 0
+        for _ in range(per_session):
+            ack = await js.publish(subject, data, headers={**expected, H_EXPECTED_SEQ: str(last)})
+            last = ack.seq
+
+    started = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*(lane(n) for n in range(sessions))), PHASE_TIMEOUT_S)
+    seconds = time.perf_counter() - started
+    await nc.close()
+    return rate(sessions * per_session, seconds)
+
+
+async def drive_injects(
+    url: str, prefix: str, sessions: int, per_session: int, in_flight: int = 1
+) -> tuple[float, int, float]:
+    """`sessions` lanes in parallel, each sending `per_session` injects to its own session with
+    `in_flight` outstanding at once; returns (commands/s, failed replies, end time)."""
+    nc = await nats.connect(url)
+    client = ReminderClient(nc, timeout_s=60)
+    failed = 0
+
+    async def lane(number: int) -> None:
+        nonlocal failed
+        session_id = f"{prefix}-{number}"
+        queue = iter(range(per_session))
+
+        async def sender() -> None:
+            nonlocal failed
+            for n in queue:
+                reply = await client.request("inject", inject_payload(session_id, n))
+                failed += 0 if reply.get("ok") else 1
+
+        await asyncio.gather(*(sender() for _ in range(in_flight)))
+
+    started = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*(lane(n) for n in range(sessions))), PHASE_TIMEOUT_S)
+    ended = time.perf_counter()
+    await nc.close()
+    return rate(sessions * per_session, ended - started), failed, ended
+
+
+async def warm_up(url: str) -> None:
+    """A few commands first, so the measured run does not pay the gateway's first requests."""
+    await drive_injects(url, "warm", 4, 5)
+
+
+async def projector_lag(url: str, since: float) -> tuple[int, float]:
+    """Events the projector has not settled now, and seconds from `since` (perf_counter) until
+    it has none pending or unacknowledged (bounded by PHASE_TIMEOUT_S)."""
+    nc = await nats.connect(url)
+    try:
+        info = await consumer_info(nc, "REMINDERS", "projector")
+        lag = int(info["num_pending"]) + int(info["num_ack_pending"])
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while lag and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            info = await consumer_info(nc, "REMINDERS", "projector")
+            if int(info["num_pending"]) + int(info["num_ack_pending"]) == 0:
+                break
+        return lag, round(time.perf_counter() - since, 3)
+    finally:
+        await nc.close()
+
+
+def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
+    """Commands/s through a gateway process alone, and the OCC plain-publish baseline."""
+    with embedded_server() as server:
+        asyncio.run(provision_server(server.url))
+        baseline = asyncio.run(occ_plain_publish(server.url, sessions, per_session))
+        with running_services(server.url, ["gateway"]):
+            asyncio.run(warm_up(server.url))
+            measured, failed, _ = asyncio.run(
+                drive_injects(server.url, "gw", sessions, per_session, in_flight)
+            )
+    return {
+        "sessions": sessions,
+        "commands": sessions * per_session,
+        "in_flight_per_session": in_flight,
+        "commands_per_s": measured,
+        "failed_commands": failed,
+        "occ_plain_publish_per_s": baseline,
+    }
+
+
+def write_all_services(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
+    """Commands/s with every service running; the projector's lag when the last reply came."""
+    with embedded_server() as server:
+        asyncio.run(provision_server(server.url))
+        baseline = asyncio.run(occ_plain_publish(server.url, sessions, per_session))
+        with running_services(server.url, SERVICES):
+            asyncio.run(warm_up(server.url))
+
+            async def measure() -> tuple[float, int, int, float]:
+                commands, failed, ended = await drive_injects(
+                    server.url, "all", sessions, per_session, in_flight
+                )
+                lag, caught_up = await projector_lag(server.url, ended)
+                return commands, failed, lag, caught_up
+
+            measured, failed, lag, caught_up = asyncio.run(measure())
+    return {
+        "sessions": sessions,
+        "commands": sessions * per_session,
+        "in_flight_per_session": in_flight,
+        "services": list(SERVICES),
+        "commands_per_s": measured,
+        "failed_commands": failed,
+        "projector_lag_events_at_last_reply": lag,
+        "projector_caught_up_after_last_reply_s": caught_up,
+        "occ_plain_publish_per_s": baseline,
+    }
+
+
+async def raw_sequential(url: str, count: int) -> list[float]:
+    """Baseline: milliseconds of each single-message atomic batch, one after another, one
+    session (each an inject decided by the core, expecting the session's last sequence)."""
+    nc = await nats.connect(url)
+    events = decide_session("raw-seq", list(range(count * 3)))[::3]  # the script's injects
+    latencies = []
+    last = 0
+    for number, decided in enumerate(events):
+        started = time.perf_counter()
+        last = await publish_atomic(
+            nc, [SessionAppend("raw-seq", last, decided[-1:])], f"seq-{number}"
+        )
+        latencies.append((time.perf_counter() - started) * 1000)
+    await nc.close()
+    return latencies
+
+
+async def gateway_sequential(url: str, count: int) -> tuple[list[float], int]:
+    """Milliseconds of each inject (with dedupe key) through the gateway, one after another."""
+    nc = await nats.connect(url)
+    client = ReminderClient(nc, timeout_s=30)
+    latencies, failed = [], 0
+    for n in range(count):
+        started = time.perf_counter()
+        reply = await client.request("inject", inject_payload("seq", n))
+        latencies.append((time.perf_counter() - started) * 1000)
+        failed += 0 if reply.get("ok") else 1
+    await nc.close()
+    return latencies, failed
+
+
+def sequential_latency(count: int) -> dict[str, Any]:
+    """Inject latency of one session, one command at a time, beside raw atomic batches."""
+    with embedded_server() as server:
+        asyncio.run(provision_server(server.url))
+        baseline = asyncio.run(raw_sequential(server.url, count))
+        with running_services(server.url, ["gateway"]):
+            asyncio.run(warm_up(server.url))
+            measured, failed = asyncio.run(gateway_sequential(server.url, count))
+    return {
+        "commands": count,
+        "inject_p50_ms": percentile(measured, 0.5),
+        "inject_p99_ms": percentile(measured, 0.99),
+        "failed_commands": failed,
+        "raw_atomic_batch_p50_ms": percentile(baseline, 0.5),
+        "raw_atomic_batch_p99_ms": percentile(baseline, 0.99),
+    }
+
+
+async def visible_latencies(url: str, sessions: int, count: int) -> tuple[list[float], int, int]:
+    """Milliseconds from sending an inject to its `state` (min_seq) reply, one at a time over
+    `sessions` sessions; with the number of stale answers and failed commands."""
+    nc = await nats.connect(url)
+    client = ReminderClient(nc, timeout_s=30)
+    latencies, stale, failed = [], 0, 0
+    for n in range(count):
+        session_id = f"visible-{n % sessions}"
+        started = time.perf_counter()
+        reply = await client.request("inject", inject_payload(session_id, n))
+        if not reply.get("ok"):
+            failed += 1
+            continue
+        state = await client.request(
+            "state", {"session_id": session_id, "min_seq": reply["session_seq"]}
+        )
+        latencies.append((time.perf_counter() - started) * 1000)
+        stale += 1 if state.get("stale") or not state.get("ok") else 0
+    await nc.close()
+    return latencies, stale, failed
+
+
+def inject_visible(sessions: int, count: int) -> dict[str, Any]:
+    """Inject → visible in `state` through the gateway with the projector running."""
+    with embedded_server() as server:
+        asyncio.run(provision_server(server.url))
+        with running_services(server.url, ["gateway", "projector"]):
+            asyncio.run(warm_up(server.url))
+            measured, stale, failed = asyncio.run(visible_latencies(server.url, sessions, count))
+    return {
+        "sessions": sessions,
+        "commands": count,
+        "visible_p50_ms": percentile(measured, 0.5),
+        "visible_p99_ms": percentile(measured, 0.99),
+        "stale_answers": stale,
+        "failed_commands": failed,
+    }

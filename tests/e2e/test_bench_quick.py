@@ -1,0 +1,67 @@
+"""`python -m bench --quick` as CI runs it: a real process that runs every scenario at tiny
+sizes. It says nothing about speed; it checks that the suite still runs and reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.report import FIGURES, SCENARIOS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    printed = json.loads(result.stdout)
+    assert json.loads(output.read_text(encoding="utf-8")) == printed
+    assert set(printed["scenarios"]) == set(SCENARIOS)
+    for name, measured in printed["scenarios"].items():
+        numbers = [value for value in measured.values() if isinstance(value, int | float)]
+        assert numbers, f"{name} reported no numbers"
+    assert set(printed["figures"]) == {figure.key for figure in FIGURES}
+    for key, figure in printed["figures"].items():
+        assert isinstance(figure["value"], int | float), key
+        assert figure["target"], key
+        assert isinstance(figure["met"], bool), key
+        if figure["baseline"] is not None:
+            assert isinstance(figure["ratio"], int | float), key
+
+
+def test_the_markdown_table_has_a_row_per_figure(tmp_path: Path) -> None:
+    figures = {
+        figure.key: {
+            "what": figure.what,
+            "unit": figure.unit,
+            "value": 1.0,
+            "baseline": 2.0 if figure.baseline else None,
+            "baseline_what": figure.baseline_what or None,
+            "ratio": 0.5 if figure.baseline else None,
+            "target": figure.target_text(),
+            "met": False,
+        }
+        for figure in FIGURES
+    }
+    results = tmp_path / "bench.json"
+    results.write_text(json.dumps({"figures": figures, "run": {}}), encoding="utf-8")
+    table = subprocess.run(
+        [sys.executable, "-m", "bench", "--markdown", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + len(FIGURES)
