@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from contracts.subjects import event_subject, session_subject_filter, session_token
 
 __all__ = [
+    "canonical_bytes",
     "canonical_json",
     "chain_link",
     "derived_uuid7",
@@ -33,6 +37,33 @@ def canonical_json(value: Any) -> str:
     library alone.
     """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+#: A number with a fraction or an exponent, as orjson writes one in compact output: after
+#: `:`, `,` or `[` and before `,`, `}` or `]`. Text inside a string can match too (that only
+#: costs the slow path); a float outside a string always does.
+_FLOAT_TOKEN = re.compile(rb"[:,\[]-?[0-9]+(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)[,}\]]")
+_ORJSON_CANONICAL = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """`canonical_json(value).encode("utf-8")`, computed by orjson where that is the same.
+
+    For values parsed from JSON (JSON has no NaN or infinity) orjson with sorted keys writes
+    the same bytes as the standard library, except for floats (`1e+16` against `1e16`) and
+    integers past 64 bits (which orjson refuses, and which orjson's parser turns into
+    floats): so anything orjson refuses, and any output holding what may be a float, is
+    written by `canonical_json` instead.
+    """
+    try:
+        data = orjson.dumps(value, option=_ORJSON_CANONICAL)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return canonical_json(value).encode("utf-8")
+    if _FLOAT_TOKEN.search(data) is None:
+        return data
+    return canonical_json(value).encode("utf-8")
 
 
 def sha256_hex(text: str) -> str:
@@ -67,4 +98,6 @@ def derived_uuid7(occurred_at: str, *seed: str) -> str:
 def links(previous_chain: str, envelope: dict[str, Any]) -> bool:
     """Whether a raw envelope's `chain` follows `previous_chain` (SPEC §3.3.1)."""
     body = {key: value for key, value in envelope.items() if key != "chain"}
-    return envelope.get("chain") == chain_link(previous_chain, body)
+    # Same bytes as `chain_link`'s canonical_json, several times faster on this hot path.
+    text = previous_chain.encode("utf-8") + b"\n" + canonical_bytes(body)
+    return envelope.get("chain") == hashlib.sha256(text).hexdigest()

@@ -14,12 +14,12 @@ from nats.js.kv import KeyValue
 
 from contracts.records import Tombstone
 from contracts.state import SessionState
-from core import canonical_json
+from core.canonical import canonical_bytes
 
 
 def encode_state(state: SessionState) -> bytes:
     """Canonical JSON of a state, what the bucket stores and replay prints."""
-    return canonical_json(state.model_dump(mode="json")).encode("utf-8")
+    return canonical_bytes(state.model_dump(mode="json"))
 
 
 def decode_record(value: bytes | None) -> SessionState | Tombstone | None:
