@@ -52,6 +52,11 @@ class Settings(BaseModel):
         default=1000, ge=1, description="REMINDERS_MAX_WAITING_QUERIES (per gateway replica)"
     )
     cache_sessions: int = Field(default=10_000, ge=0, description="REMINDERS_CACHE_SESSIONS")
+    projector_cache_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        description="REMINDERS_PROJECTOR_CACHE_BYTES (encoded state bytes the projector caches)",
+    )
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
     nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
     nats_password: str | None = Field(default=None, description="REMINDERS_NATS_PASSWORD")
@@ -99,6 +104,7 @@ class Settings(BaseModel):
             "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
             "REMINDERS_MAX_WAITING_QUERIES": "max_waiting_queries",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
+            "REMINDERS_PROJECTOR_CACHE_BYTES": "projector_cache_bytes",
             "REMINDERS_NATS_USER": "nats_user",
             "REMINDERS_NATS_PASSWORD": "nats_password",
             "REMINDERS_NATS_INBOX_PREFIX": "nats_inbox_prefix",

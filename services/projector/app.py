@@ -57,7 +57,11 @@ class ProjectorWorker:
             "reminders.projector"
         )
         kv = await runtime.js.key_value(self.settings.kv_bucket)
-        self.projector = Projector(KvSessionStore(kv), JetStreamDeadLetters(runtime.js))
+        self.projector = Projector(
+            KvSessionStore(kv),
+            JetStreamDeadLetters(runtime.js),
+            cache_bytes=self.settings.projector_cache_bytes,
+        )
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Pull, fold, write, ack — until `stop` is set."""
