@@ -31,7 +31,7 @@ log = logging.getLogger("reminders.projector")
 
 DURABLE = "projector"
 GROUP = "projector"
-FETCH_BATCH = 500
+FETCH_BATCH = 1000
 
 
 @dataclass
