@@ -24,6 +24,7 @@ __all__ = [
     "epoch_millis",
     "event_subject",
     "links",
+    "may_hold_float",
     "session_subject_filter",
     "session_token",
     "sha256_hex",
@@ -43,6 +44,7 @@ def canonical_json(value: Any) -> str:
 #: `:`, `,` or `[` and before `,`, `}` or `]`. Text inside a string can match too (that only
 #: costs the slow path); a float outside a string always does.
 _FLOAT_TOKEN = re.compile(rb"[:,\[]-?[0-9]+(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)[,}\]]")
+_DIGITS = frozenset(b"0123456789")
 _ORJSON_CANONICAL = (
     orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
@@ -61,9 +63,27 @@ def canonical_bytes(value: Any) -> bytes:
         data = orjson.dumps(value, option=_ORJSON_CANONICAL)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return canonical_json(value).encode("utf-8")
-    if _FLOAT_TOKEN.search(data) is None:
-        return data
-    return canonical_json(value).encode("utf-8")
+    if may_hold_float(data):
+        return canonical_json(value).encode("utf-8")
+    return data
+
+
+def may_hold_float(data: bytes) -> bool:
+    """Whether compact JSON written by orjson may hold a float (where it and
+    `canonical_json` can differ); text that looks like one also counts.
+
+    orjson writes a float with a `.` or an exponent (`e+`, `e-`) right after a digit; only
+    at those few places is the token itself matched (a regex scan of the whole value cost
+    more than writing it).
+    """
+    for marker in (b".", b"e+", b"e-", b"E"):
+        at = data.find(marker)
+        while at != -1:
+            after_digit = at > 0 and data[at - 1] in _DIGITS
+            if after_digit and _FLOAT_TOKEN.search(data, max(0, at - 40), at + 40):
+                return True
+            at = data.find(marker, at + 1)
+    return False
 
 
 def sha256_hex(text: str) -> str:

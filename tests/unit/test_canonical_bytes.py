@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.canonical import canonical_bytes, canonical_json
+from core.canonical import canonical_bytes, canonical_json, may_hold_float
 
 json_values = st.recursive(
     st.none()
@@ -57,3 +57,10 @@ def test_floats_and_float_like_text_take_the_standard_path() -> None:
         {"big": 2**70},
     ):
         assert canonical_bytes(value) == standard(value)
+
+
+@settings(max_examples=300)
+@given(st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
+def test_every_float_orjson_writes_is_noticed(number: float, text: str) -> None:
+    for value in ([number], {"k": number, "t": text}, [text, [number]]):
+        assert may_hold_float(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
