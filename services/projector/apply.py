@@ -106,7 +106,7 @@ class Projector:
         max_gap_redeliveries: int = 20,
         cache_bytes: int = 32 * 1024 * 1024,
         cas_retries: int = 5,
-        concurrency: int = 256,
+        concurrency: int = 64,
     ) -> None:
         self._store = store
         self._dead_letters = dead_letters
