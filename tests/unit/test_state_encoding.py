@@ -7,6 +7,7 @@ import json
 import pytest
 
 from contracts.state import RecentReply, SessionState
+from contracts.stored import StoredEvent
 from core.fold import Scratch
 from core.projection import project_all
 from services.adapters.records import decode_record, encode_state, encode_state_reference
@@ -23,8 +24,6 @@ def test_every_state_along_a_golden_log_encodes_as_its_definition(name: str) -> 
     record = None
     for index, row in enumerate(rows):
         subject, stream_seq = row.pop("subject"), row.pop("stream_seq")
-        from contracts.stored import StoredEvent
-
         record, _ = project_all(record, [StoredEvent(row, stream_seq, subject)])
         assert isinstance(record, SessionState), index
         assert encode_state(record) == encode_state_reference(record)
