@@ -53,7 +53,7 @@ class Settings(BaseModel):
     )
     cache_sessions: int = Field(default=10_000, ge=0, description="REMINDERS_CACHE_SESSIONS")
     projector_cache_bytes: int = Field(
-        default=32 * 1024 * 1024,
+        default=16 * 1024 * 1024,
         ge=0,
         description="REMINDERS_PROJECTOR_CACHE_BYTES (encoded state bytes the projector caches)",
     )

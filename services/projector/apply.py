@@ -104,7 +104,7 @@ class Projector:
         *,
         gap_delay_s: float = 0.5,
         max_gap_redeliveries: int = 20,
-        cache_bytes: int = 32 * 1024 * 1024,
+        cache_bytes: int = 16 * 1024 * 1024,
         cas_retries: int = 5,
         concurrency: int = 64,
     ) -> None:
