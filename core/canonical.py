@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "event_subject",
     "linked",
     "links",
+    "may_hold_float",
     "session_subject_filter",
     "session_token",
     "sha256_hex",
@@ -100,6 +102,31 @@ def linked(previous_chain: str, envelope_without_chain: dict[str, Any]) -> tuple
     if fast is not None:
         return text, link, orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS)
     return text, link, canonical_bytes(envelope)
+
+
+#: A number with a fraction or an exponent, as orjson writes one in compact output: after
+#: `:`, `,` or `[` and before `,`, `}` or `]`. Text inside a string can match too (that only
+#: costs the slow path); a float outside a string always does.
+_FLOAT_TOKEN = re.compile(rb"[:,\[]-?[0-9]+(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)[,}\]]")
+_DIGITS = frozenset(b"0123456789")
+
+
+def may_hold_float(data: bytes) -> bool:
+    """Whether compact JSON written by orjson may hold a float (where it and
+    `canonical_json` can differ); text that looks like one also counts.
+
+    orjson writes a float with a `.` or an exponent (`e+`, `e-`) right after a digit; only
+    at those few places is the token itself matched (a regex scan of the whole value cost
+    more than writing it).
+    """
+    for marker in (b".", b"e+", b"e-", b"E"):
+        at = data.find(marker)
+        while at != -1:
+            after_digit = at > 0 and data[at - 1] in _DIGITS
+            if after_digit and _FLOAT_TOKEN.search(data, max(0, at - 40), at + 40):
+                return True
+            at = data.find(marker, at + 1)
+    return False
 
 
 def sha256_hex(text: str) -> str:

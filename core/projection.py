@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from contracts.decode import DecodeError, decode
+from contracts.events import Event
 from contracts.records import Tombstone
 from contracts.state import DegradedMark, SessionState
 from contracts.stored import StoredEvent, Unreadable
 from contracts.subjects import parse_event_subject
 from core.canonical import links
-from core.fold import fold
+from core.fold import Scratch, apply_event, fold
 
 Record = SessionState | Tombstone | None
 """What the projection bucket holds for one session token."""
@@ -72,12 +73,56 @@ def degrade(record: Record, stream_seq: int, code: str) -> Record:
     return state.model_copy(update={"degraded": DegradedMark(stream_seq=stream_seq, code=code)})
 
 
-def _poison(
-    record: Record, stream_seq: int, subject: str, code: str, reason: str
-) -> tuple[Record, Outcome]:
-    if parse_event_subject(subject) is not None:
-        record = degrade(record, stream_seq, code)
-    return record, Outcome(Verdict.POISON, code, reason)
+#: What `_judge` reads of the session: a frozen `SessionState` or the `Scratch` a run of
+#: events is being folded into (same field names, so one set of rules serves both).
+_Current = SessionState | Scratch | Tombstone | None
+
+
+def _judge(
+    current: _Current,
+    stored: StoredEvent | Unreadable,
+    *,
+    after_gap: bool,
+    gap_is_final: bool,
+) -> tuple[Event | None, Outcome, bool]:
+    """Rules 1–6 of the module docstring for one stored event, without changing anything.
+
+    Returns the decoded event when it is to be applied, the outcome, and whether `current`
+    is a tombstone whose new life this event starts (the caller then folds from empty).
+    """
+    if isinstance(stored, Unreadable):
+        error = stored.error
+        return None, Outcome(Verdict.POISON, error.code, error.reason), False
+    try:
+        event = decode(stored.envelope, stored.subject)
+    except DecodeError as exc:
+        return None, Outcome(Verdict.POISON, exc.code, exc.reason), False
+    new_life = False
+    if isinstance(current, Tombstone):
+        if stored.stream_seq <= current.purged_through or event.session_seq != 1:
+            return None, TOMBSTONED, False
+        current, new_life = None, True  # a new life of a forgotten session id
+    if current is None:
+        degraded, session_seq, chain_head = None, 0, ""
+    else:
+        degraded, session_seq, chain_head = (
+            current.degraded,
+            current.session_seq,
+            current.chain_head,
+        )
+    if degraded is not None:
+        return None, DEGRADED, new_life
+    if event.session_seq <= session_seq:
+        return None, DUPLICATE, new_life
+    if after_gap or event.session_seq > session_seq + 1:
+        if gap_is_final:
+            reason = "the previous event never arrived"
+            return None, Outcome(Verdict.POISON, "gap", reason), new_life
+        return None, GAP, new_life
+    if not links(chain_head, stored.envelope):
+        reason = "chain does not follow chain_head"
+        return None, Outcome(Verdict.POISON, "broken_chain", reason), new_life
+    return event, APPLIED, new_life
 
 
 def project(
@@ -93,31 +138,18 @@ def project(
     this one waits too. `gap_is_final`: a gap will not be filled by waiting (the message was
     redelivered too often, or the whole log is being read), so it is poison.
     """
-    if isinstance(stored, Unreadable):
-        error = stored.error
-        return _poison(record, stored.stream_seq, stored.subject, error.code, error.reason)
-    try:
-        event = decode(stored.envelope, stored.subject)
-    except DecodeError as exc:
-        return _poison(record, stored.stream_seq, stored.subject, exc.code, exc.reason)
-    if isinstance(record, Tombstone):
-        if stored.stream_seq <= record.purged_through or event.session_seq != 1:
-            return record, TOMBSTONED
-        record = None  # a new life of a forgotten session id
-    state = record if isinstance(record, SessionState) else SessionState()
-    if state.degraded is not None:
-        return record, DEGRADED
-    if event.session_seq <= state.session_seq:
-        return record, DUPLICATE
-    if after_gap or event.session_seq > state.session_seq + 1:
-        if gap_is_final:
-            reason = "the previous event never arrived"
-            return _poison(record, stored.stream_seq, stored.subject, "gap", reason)
-        return record, GAP
-    if not links(state.chain_head, stored.envelope):
-        reason = "chain does not follow chain_head"
-        return _poison(record, stored.stream_seq, stored.subject, "broken_chain", reason)
-    return fold(state, event, stored.stream_seq), APPLIED
+    event, outcome, new_life = _judge(
+        record, stored, after_gap=after_gap, gap_is_final=gap_is_final
+    )
+    if new_life:
+        record = None
+    if event is not None:
+        return fold(
+            record if isinstance(record, SessionState) else SessionState(), event, stored.stream_seq
+        ), outcome
+    if outcome.verdict is Verdict.POISON and parse_event_subject(stored.subject) is not None:
+        record = degrade(record, stored.stream_seq, outcome.code)
+    return record, outcome
 
 
 def project_all(
@@ -133,9 +165,28 @@ def project_all(
     """
     outcomes: list[Outcome] = []
     blocked = False
+    # A run of applied events is folded into one scratch and frozen once at the end, so a
+    # batch costs one copy of the state, not one per event (`core.fold`).
+    scratch: Scratch | None = None
     for index, item in enumerate(stored):
         final = True if gap_is_final is None else gap_is_final[index]
-        record, outcome = project(record, item, after_gap=blocked, gap_is_final=final)
+        current = record if scratch is None else scratch
+        event, outcome, new_life = _judge(current, item, after_gap=blocked, gap_is_final=final)
+        if new_life:
+            record = None
+        if event is not None:
+            if scratch is None:
+                scratch = Scratch.thaw(
+                    record if isinstance(record, SessionState) else SessionState()
+                )
+            apply_event(scratch, event, item.stream_seq)
+        elif outcome.verdict is Verdict.POISON and parse_event_subject(item.subject) is not None:
+            if scratch is None:
+                record = degrade(record, item.stream_seq, outcome.code)
+            elif scratch.degraded is None:
+                scratch.degraded = DegradedMark(stream_seq=item.stream_seq, code=outcome.code)
         blocked = blocked or outcome.verdict is Verdict.GAP
         outcomes.append(outcome)
+    if scratch is not None:
+        record = scratch.freeze()
     return record, outcomes

@@ -58,6 +58,11 @@ class Settings(BaseModel):
     projector_partition: int | None = Field(
         default=None, ge=0, description="REMINDERS_PROJECTOR_PARTITION (this process)"
     )
+    projector_cache_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=0,
+        description="REMINDERS_PROJECTOR_CACHE_BYTES (encoded state bytes the projector caches)",
+    )
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
     nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
     nats_password: str | None = Field(default=None, description="REMINDERS_NATS_PASSWORD")
@@ -118,6 +123,7 @@ class Settings(BaseModel):
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
             "REMINDERS_PROJECTOR_PARTITIONS": "projector_partitions",
             "REMINDERS_PROJECTOR_PARTITION": "projector_partition",
+            "REMINDERS_PROJECTOR_CACHE_BYTES": "projector_cache_bytes",
             "REMINDERS_NATS_USER": "nats_user",
             "REMINDERS_NATS_PASSWORD": "nats_password",
             "REMINDERS_NATS_INBOX_PREFIX": "nats_inbox_prefix",

@@ -35,7 +35,7 @@ from services.runtime import Runtime
 
 log = logging.getLogger("reminders.projector")
 
-FETCH_BATCH = 500
+FETCH_BATCH = 1000
 
 
 @dataclass
@@ -63,7 +63,11 @@ class ProjectorWorker:
             "reminders.projector"
         )
         kv = await runtime.js.key_value(self.settings.kv_bucket)
-        self.projector = Projector(KvSessionStore(kv), JetStreamDeadLetters(runtime.js))
+        self.projector = Projector(
+            KvSessionStore(kv),
+            JetStreamDeadLetters(runtime.js),
+            cache_bytes=self.settings.projector_cache_bytes,
+        )
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Pull, fold, write, ack — until `stop` is set."""

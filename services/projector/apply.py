@@ -6,10 +6,21 @@ once with compare-and-set on the KV revision, then ack. A duplicate is acked and
 gap is nak'ed with a delay; a poison message goes to the DLQ with its error, is acked, and
 marks the session degraded (§6.4). A session that is degraded or tombstoned never blocks
 the consumer: its later events are acked and skipped, and `reminders rebuild` repairs it.
+
+Sessions are independent (one key each, their own `session_seq` and chain), so the touched
+sessions of a batch are processed concurrently, up to `concurrency` at once: a batch costs
+about one KV round trip instead of one per session. Within a session the order stays the
+stream's: its deliveries are folded in order, written once, then acked; and the next batch
+is only fetched once every session of this one is done.
+
+The cache of records is bounded in bytes — the size of each record's encoded bucket value,
+a measure that grows with what the state holds rather than with how many sessions there
+are — and evicts the least recently used; an evicted session is read back from the bucket.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -65,6 +76,8 @@ class Slot:
 
     record: Record
     revision: int | None
+    size: int = 0
+    """Bytes of the record's encoded value: what it counts against the cache budget."""
 
 
 @dataclass
@@ -91,37 +104,66 @@ class Projector:
         *,
         gap_delay_s: float = 0.5,
         max_gap_redeliveries: int = 20,
-        cache_sessions: int = 50_000,
+        cache_bytes: int = 16 * 1024 * 1024,
         cas_retries: int = 5,
+        concurrency: int = 64,
     ) -> None:
         self._store = store
         self._dead_letters = dead_letters
         self._gap_delay_s = gap_delay_s
         self._max_gap_redeliveries = max_gap_redeliveries
         self._cache: OrderedDict[str, Slot] = OrderedDict()
-        self._cache_sessions = cache_sessions
+        self._cache_bytes = cache_bytes
+        self._cached_bytes = 0
         self._cas_retries = cas_retries
+        self._concurrency = max(1, concurrency)
         self.last_apply_latency_s = 0.0
 
     async def process(self, batch: list[Delivery]) -> BatchReport:
-        """Apply one fetched batch: one KV write per touched session, then acks."""
+        """Apply one fetched batch: one KV write per touched session, then its acks."""
         report = BatchReport()
         by_token: OrderedDict[str, list[Delivery]] = OrderedDict()
         for delivery in batch:
             by_token.setdefault(token_of(delivery.subject), []).append(delivery)
-        for token, deliveries in by_token.items():
-            await self._process_session(token, deliveries, report)
+        gate = asyncio.Semaphore(self._concurrency)
+
+        async def one(token: str, deliveries: list[Delivery]) -> None:
+            async with gate:
+                await self._process_session(token, deliveries, report)
+
+        # Every session runs to its end (nothing is left writing behind the next fetch);
+        # then the first failure, if any, is raised and what was not acked is redelivered.
+        results = await asyncio.gather(
+            *(one(token, deliveries) for token, deliveries in by_token.items()),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         return report
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes the cached records count against the budget (encoded value sizes)."""
+        return self._cached_bytes
+
+    def _remember(self, token: str, slot: Slot) -> None:
+        """Cache `slot` as the newest, then evict the oldest while over the byte budget."""
+        old = self._cache.pop(token, None)
+        if old is not None:
+            self._cached_bytes -= old.size
+        self._cache[token] = slot
+        self._cached_bytes += slot.size
+        while self._cached_bytes > self._cache_bytes and self._cache:
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_bytes -= evicted.size
 
     async def _slot(self, token: str, fresh: bool = False) -> Slot:
         slot = None if fresh else self._cache.get(token)
         if slot is None:
             value, revision = await self._store.read(token)
-            slot = Slot(decode_record(value), revision)
-        self._cache[token] = slot
-        self._cache.move_to_end(token)
-        while len(self._cache) > self._cache_sessions:
-            self._cache.popitem(last=False)
+            slot = Slot(decode_record(value), revision, len(value or b""))
+        self._remember(token, slot)
         return slot
 
     async def _process_session(
@@ -162,8 +204,8 @@ class Projector:
                 if attempt == self._cas_retries:
                     raise
                 continue
-            slot = Slot(record, revision)
-            self._cache[token] = slot
+            slot = Slot(record, revision, len(value))
+            self._remember(token, slot)
             report.sessions_written += 1
             break
         for delivery, verdict in zip(deliveries, verdicts, strict=True):

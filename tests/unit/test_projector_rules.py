@@ -202,3 +202,45 @@ async def test_a_poison_message_is_not_marked_or_acked_until_its_dlq_copy_is_sto
     dlq = FakeDlq()
     await Projector(store, dlq).process([poison])
     assert dlq.sent == [(7, "bad", "undecodable")] and poison.acked
+
+
+@dataclass
+class CountingStore(FakeStore):
+    reads: int = 0
+
+    async def read(self, token: str) -> tuple[bytes | None, int | None]:
+        self.reads += 1
+        return await super().read(token)
+
+
+async def test_the_cache_stays_within_its_byte_budget_and_an_evicted_session_is_read_back() -> None:
+    store, dlq = CountingStore(), FakeDlq()
+    log_a, log_b = session_log("a"), session_log("b")
+    two = fold_all(SessionState(), [(e, i + 1) for i, e in enumerate(log_a[:2])])
+    budget = len(encode_state(two)) * 3 // 2
+    projector = Projector(store, dlq, cache_bytes=budget)
+    await projector.process(list(deliveries(log_a[:2])))
+    await projector.process(list(deliveries(log_b[:2], first_seq=100)))
+    assert 0 < projector.cached_bytes <= budget
+    reads = store.reads
+    # Both did not fit: "a", the least recently used, was evicted and is read back.
+    await projector.process(list(deliveries(log_a)))
+    assert store.reads == reads + 1
+    assert stored_state(store, "a").session_seq == len(log_a)
+    assert stored_state(store, "b").session_seq == 2
+
+
+async def test_a_session_failing_its_write_leaves_the_others_written_and_acked() -> None:
+    @dataclass
+    class Unreachable(FakeStore):
+        async def write(self, token: str, value: bytes, revision: int | None) -> int:
+            if token == "down":
+                raise ConnectionError("bucket unreachable")
+            return await super().write(token, value, revision)
+
+    store, dlq = Unreachable(), FakeDlq()
+    ok, down = deliveries(session_log("ok")), deliveries(session_log("down"), first_seq=100)
+    with pytest.raises(ConnectionError):
+        await Projector(store, dlq).process([*down, *ok])
+    assert all(item.acked for item in ok) and not any(item.acked for item in down)
+    assert stored_state(store, "ok").session_seq == len(ok)
