@@ -1,4 +1,4 @@
-"""`canonical_bytes` and `may_hold_float` against `canonical_json` (SPEC §3.3.1) on values with floats and big integers."""
+"""`canonical_bytes` and `may_hold_float` against `canonical_json` (SPEC §3.3.1), floats too."""
 
 from __future__ import annotations
 
