@@ -117,7 +117,13 @@ async def test_partitioned_projectors_equal_a_replay_and_a_killed_one_heals(
     view = partition_stream(partitioned)
     delivered = []
     for p in range(PARTITIONS):
-        info = await consumer_info(nc, view, partition_durable(p))
+        # What the killed process had fetched stays unacked until its ack wait ends and the
+        # server redelivers it (then acked as duplicates): wait for that, bounded.
+        for _ in range(150):
+            info = await consumer_info(nc, view, partition_durable(p))
+            if info["num_pending"] == 0 and info["num_ack_pending"] == 0:
+                break
+            await asyncio.sleep(0.2)
         assert info["num_pending"] == 0 and info["num_ack_pending"] == 0, info
         delivered.append(info["delivered"]["stream_seq"])
     # The sessions really were split: every partition projected some of them.
