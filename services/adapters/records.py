@@ -15,18 +15,24 @@ two byte-identical.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import nats
 import orjson
+from nats.aio.client import Client
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, PlainSerializer, WrapSerializer
 
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from core.canonical import canonical_json, may_hold_float
+from services.adapters.jetstream import JetStreamApiError
+
+#: How long one read of the bucket may take (nats-py's own default for a KV get).
+READ_TIMEOUT_S = 5.0
 
 
 @cache
@@ -97,6 +103,27 @@ def decode_record(value: bytes | None) -> SessionState | Tombstone | None:
     if raw.get("tombstone") is True:
         return Tombstone.model_validate(raw)
     return SessionState.model_validate(raw)
+
+
+async def read_last_value(
+    nc: Client, bucket: str, token: str, timeout_s: float = READ_TIMEOUT_S
+) -> bytes | None:
+    """A key's last value, read with one direct get of the bucket's stream (the subject
+    nats-py's KV get uses, `$JS.API.STREAM.MSG.GET.KV_<bucket>`) and `orjson`: no watcher,
+    no consumer, no model. None: the key never had a value; a deleted or purged key reads
+    as empty bytes. Any other API error raises `JetStreamApiError`."""
+    reply = await nc.request(
+        f"$JS.API.STREAM.MSG.GET.KV_{bucket}",
+        orjson.dumps({"last_by_subj": f"$KV.{bucket}.{token}"}),
+        timeout=timeout_s,
+    )
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    error = answer.get("error")
+    if error is not None:
+        if error.get("code") == 404:  # no value for the key
+            return None
+        raise JetStreamApiError(error)
+    return base64.b64decode(answer["message"].get("data") or b"")
 
 
 class StaleRevision(Exception):

@@ -10,7 +10,6 @@ applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the projec
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,13 +19,12 @@ from nats.aio.client import Client
 
 from contracts.state import SessionState
 from contracts.subjects import session_token
-from services.adapters.jetstream import JetStreamApiError, last_session_seq
+from services.adapters.jetstream import last_session_seq
+from services.adapters.records import READ_TIMEOUT_S, read_last_value
 from services.adapters.settings import Settings
 from services.gateway.watch import Projected, ProjectionWatch, TooManyWaiting, read_projected
 
 DEFAULT_TIMEOUT_MS = 2000
-#: How long one read of the bucket may take (nats-py's own default for a KV get).
-READ_TIMEOUT_S = 5.0
 
 
 def _caught_up(record: Projected, last_seq: int, min_seq: int) -> bool:
@@ -61,8 +59,6 @@ class ProjectionReader:
     def __init__(self, nc: Client, settings: Settings) -> None:
         self._nc = nc
         self._settings = settings
-        self._msg_get = f"$JS.API.STREAM.MSG.GET.KV_{settings.kv_bucket}"
-        self._key_prefix = f"$KV.{settings.kv_bucket}."
         self.watch = ProjectionWatch(
             nc,
             settings.kv_bucket,
@@ -72,21 +68,11 @@ class ProjectionReader:
         )
 
     async def _get(self, token: str) -> Projected:
-        """The key's last value, read with the JetStream API directly (the subject nats-py's
-        KV get uses) and `orjson`: no model, and none of nats-py's stdlib-json entry."""
-        reply = await self._nc.request(
-            self._msg_get,
-            orjson.dumps({"last_by_subj": self._key_prefix + token}),
-            timeout=READ_TIMEOUT_S,
+        """The key's last value (`read_last_value`: one direct get, parsed with `orjson`);
+        a missing, deleted or purged key is an empty record."""
+        return read_projected(
+            await read_last_value(self._nc, self._settings.kv_bucket, token, READ_TIMEOUT_S)
         )
-        answer: dict[str, Any] = orjson.loads(reply.data)
-        error = answer.get("error")
-        if error is not None:
-            if error.get("code") == 404:  # no value for the key
-                return Projected()
-            raise JetStreamApiError(error)
-        # A deleted or purged key holds an empty value: an empty record, as before.
-        return read_projected(base64.b64decode(answer["message"].get("data") or b""))
 
     async def projected(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None

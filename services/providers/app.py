@@ -1,10 +1,16 @@
 """The providers service (SPEC §9): runtime events become `evaluate` commands.
 
 A thin shell around the pure `core.providers`: consume a runtime event from `AGENT_EVENTS`,
-read the session view from the projection (`state` with `min_seq` = the `session_seq` of this
-service's own last `evaluate` reply for that session, so back-to-back events see each other's
+read the session view from the projection with `min_seq` = the `session_seq` of this
+service's own last `evaluate` reply for that session (so back-to-back events see each other's
 effects), evaluate every subscribed provider, send one `evaluate` command whose `request_id`
 is derived from the runtime event id (a redelivery is answered from the log), then ack.
+
+The view is read straight from the projection bucket, not through the gateway's `state`
+query: one direct get of the session's key (`read_last_value`; a missing key or a tombstone
+is an empty view). Older than `min_seq`: read again after a short backoff (2 ms doubling to
+50 ms) for up to 2 s, then redelivered after 0.5 s. No watcher per read (each would be a
+consumer). The gateway then spends its CPU on the `evaluate` alone.
 
 Settling: an undecodable or invalid runtime event goes to the DLQ with its code (it never
 stalls the consumer); the gateway away, busy or in conflict → redelivered after a delay; a
@@ -25,15 +31,21 @@ from typing import Any
 import orjson
 from nats.aio.msg import Msg
 from opentelemetry.metrics import Counter
-from pydantic import ValidationError
 
 from contracts.agent_events import RuntimeEvent, decode_runtime_event
 from contracts.decode import DecodeError
 from contracts.state import SessionState
-from contracts.subjects import AGENT_EVENT_SUBJECTS, EVALUATE_OP, command_subject, last_token
+from contracts.subjects import (
+    AGENT_EVENT_SUBJECTS,
+    EVALUATE_OP,
+    command_subject,
+    last_token,
+    session_token,
+)
 from core.providers import ProvidersConfig, evaluate_event, evaluation_request_id
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.plugins import load_providers_config
+from services.adapters.records import decode_record, read_last_value
 from services.adapters.settings import Settings
 from services.adapters.telemetry import inject_traceparent, meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, dead_letter, retry
@@ -48,8 +60,16 @@ RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
 REMEMBERED_SESSIONS = 100_000
 NS = 1_000_000_000
 
+#: How long a view older than `min_seq` is read again before the event is redelivered.
+VIEW_WAIT_S = 2.0
+#: The backoff between those reads: from the first delay, doubling up to the last.
+FIRST_POLL_S = 0.002
+MAX_POLL_S = 0.05
+
 #: Sends one command to the gateway and returns its reply; raises when nobody answered.
 Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+#: Reads one key (a session token) of the projection bucket: its last value, None if none.
+ReadValue = Callable[[str], Awaitable[bytes | None]]
 
 
 class LastReplies:
@@ -96,30 +116,55 @@ def evaluate_command(
     return command
 
 
+def view_of(value: bytes | None, session_id: str) -> SessionState:
+    """A bucket value as the session view: a missing key or a tombstone is an empty view;
+    `ValueError` (a `ValidationError` too) for what the projector would not write."""
+    record = decode_record(value)
+    if isinstance(record, SessionState):
+        return record
+    return SessionState(session_id=session_id)
+
+
+async def read_view(
+    session_id: str, read: ReadValue, min_seq: int, wait_s: float = VIEW_WAIT_S
+) -> tuple[SessionState, bool]:
+    """The session view from the bucket once its `session_seq` reaches `min_seq` (read
+    again with a backoff, up to `wait_s`); and whether it is still older (stale)."""
+    token = session_token(session_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    delay = FIRST_POLL_S
+    while True:
+        view = view_of(await read(token), session_id)
+        if view.session_seq >= min_seq:
+            return view, False
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return view, True
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, MAX_POLL_S)
+
+
 async def handle_runtime_event(
     event: RuntimeEvent,
     config: ProvidersConfig,
     request: Request,
+    read: ReadValue,
     last_replies: LastReplies,
     count: Callable[[str, str], None] = lambda provider_id, reason: None,
+    wait_s: float = VIEW_WAIT_S,
 ) -> Outcome:
     """Read the view, evaluate, send one `evaluate`, settle."""
-    query: dict[str, Any] = {"session_id": event.session_id, "timeout_ms": 2000}
-    min_seq = last_replies.get(event.session_id)
-    if min_seq is not None:
-        query["min_seq"] = min_seq
+    min_seq = last_replies.get(event.session_id) or 0
     try:
-        answer = await request("state", query)
-    except Exception as exc:  # gateway away: retried by redelivery, never dropped
-        log.warning("state query failed", extra={"error": type(exc).__name__})
+        view, stale = await read_view(event.session_id, read, min_seq, wait_s)
+    except ValueError as exc:  # a value the projector would not write: retried, never dropped
+        log.warning("unreadable session view", extra={"error": type(exc).__name__})
         return retry()
-    if not answer.get("ok"):
+    except Exception as exc:  # NATS away: retried by redelivery, never dropped
+        log.warning("session view read failed", extra={"error": type(exc).__name__})
         return retry()
-    try:
-        view = SessionState.model_validate(answer.get("state") or {})
-    except ValidationError:
-        return retry()
-    if answer.get("stale") and view.session_seq < (min_seq or 0):
+    if stale:
         return retry(0.5)  # the projection lags behind our own last effects: wait for it
     command = evaluate_command(event, view, config)
     if command is None:
@@ -211,12 +256,22 @@ class Providers:
             reply: dict[str, Any] = orjson.loads(response.data)
             return reply
 
+        async def read(token: str) -> bytes | None:
+            return await read_last_value(
+                runtime.connection,
+                self.settings.kv_bucket,
+                token,
+                timeout_s=self.settings.request_timeout_s,
+            )
+
         def count(provider_id: str, reason: str) -> None:
             if counter is not None:
                 counter.add(1, {"provider": provider_id, "reason": reason})
 
         async def handle(event: RuntimeEvent) -> Outcome:
-            return await handle_runtime_event(event, config, request, self.last_replies, count)
+            return await handle_runtime_event(
+                event, config, request, read, self.last_replies, count
+            )
 
         # One lane per session token: sessions are evaluated concurrently, and one
         # session's runtime events in order (each sees the previous one's effects).

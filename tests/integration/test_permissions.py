@@ -337,11 +337,13 @@ async def test_the_providers_service_works_under_its_own_user_and_no_more(
                 break
             await asyncio.sleep(0.1)
         assert [row["spec"]["tags"] for row in state["pending"]] == [["truncation"]]
-        # The providers user may evaluate and query, and nothing else of note.
+        # The providers user may evaluate and read the bucket, and nothing else of note (its
+        # view comes from direct gets of the projection, not the `state` query).
         providers = await connect_as(secured_server, "providers")
         for subject in (
             "transcript.reminder.injected.secure-rt",
             "reminders.v1.inject",
+            "reminders.v1.state",
             "reminders.v1.inherit",
             "reminders.v1.forget",
             "reminders.v1.acp.secure-rt",

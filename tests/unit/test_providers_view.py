@@ -1,0 +1,147 @@
+"""The providers service's step (1): the session view read from the projection bucket through
+its read port (faked here), with `min_seq`, and how each answer settles the runtime event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from contracts.agent_events import RuntimeEvent, decode_runtime_event
+from contracts.records import Tombstone
+from contracts.state import SessionState
+from contracts.subjects import EVALUATE_OP, session_token
+from core.providers import default_config, evaluation_request_id
+from services.adapters.records import encode_state
+from services.consumer import ACK, dead_letter, retry
+from services.providers.app import LastReplies, handle_runtime_event
+
+AT = "2026-11-29T15:04:05.123Z"
+SESSION = "s-view"
+
+
+def truncated(event_id: str = "rt-1") -> RuntimeEvent:
+    return decode_runtime_event(
+        {
+            "schema": "reminder-ledger.agent-event/v1",
+            "event_id": event_id,
+            "kind": "tool_result",
+            "session_id": SESSION,
+            "turn": 3,
+            "occurred_at": AT,
+            "payload": {"tool_name": "bash", "truncated": True, "original_bytes": 9000},
+        }
+    )
+
+
+class Bucket:
+    """A fake read port: the values one key returns, read after read (the last repeats)."""
+
+    def __init__(self, *values: bytes | Exception | None) -> None:
+        self.values = list(values)
+        self.keys: list[str] = []
+
+    async def __call__(self, token: str) -> bytes | None:
+        self.keys.append(token)
+        value = self.values.pop(0) if len(self.values) > 1 else self.values[0]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+
+class Gateway:
+    """A fake gateway that answers only `evaluate` (the view never comes from it)."""
+
+    def __init__(self, reply: dict[str, Any] | Exception | None = None) -> None:
+        self.reply = reply if reply is not None else {"ok": True, "session_seq": 7}
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, op: str, command: dict[str, Any]) -> dict[str, Any]:
+        self.sent.append((op, command))
+        assert op == EVALUATE_OP, f"only evaluate goes to the gateway, not {op}"
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+
+def state(session_seq: int) -> bytes:
+    return encode_state(SessionState(session_id=SESSION, session_seq=session_seq))
+
+
+async def test_the_view_is_read_from_the_sessions_key_and_one_evaluate_is_sent() -> None:
+    bucket, gateway, replies = Bucket(state(4)), Gateway(), LastReplies()
+    outcome = await handle_runtime_event(truncated(), default_config(), gateway, bucket, replies)
+    assert outcome == ACK
+    assert bucket.keys == [session_token(SESSION)]
+    ((op, command),) = gateway.sent
+    assert op == EVALUATE_OP
+    assert command["request_id"] == evaluation_request_id("rt-1")
+    assert command["view_seq"] == 4
+    assert replies.get(SESSION) == 7
+
+
+async def test_a_missing_key_or_a_tombstone_is_an_empty_view() -> None:
+    tombstone = orjson.dumps(
+        Tombstone(
+            session_token=session_token(SESSION), purged_through=9, forgotten_at=AT
+        ).model_dump()
+    )
+    for value in (None, b"", tombstone):
+        gateway = Gateway()
+        outcome = await handle_runtime_event(
+            truncated(), default_config(), gateway, Bucket(value), LastReplies()
+        )
+        assert outcome == ACK
+        ((_, command),) = gateway.sent
+        assert command["view_seq"] == 0
+
+
+async def test_a_view_older_than_min_seq_is_read_again_until_it_covers_it() -> None:
+    replies = LastReplies()
+    replies.put(SESSION, 5)
+    bucket, gateway = Bucket(state(3), state(4), state(5)), Gateway()
+    outcome = await handle_runtime_event(truncated(), default_config(), gateway, bucket, replies)
+    assert outcome == ACK
+    assert len(bucket.keys) == 3
+    ((_, command),) = gateway.sent
+    assert command["view_seq"] == 5
+
+
+async def test_a_view_still_older_than_min_seq_after_the_wait_is_redelivered_later() -> None:
+    replies = LastReplies()
+    replies.put(SESSION, 5)
+    bucket, gateway = Bucket(state(4)), Gateway()
+    outcome = await handle_runtime_event(
+        truncated(), default_config(), gateway, bucket, replies, wait_s=0.05
+    )
+    assert outcome == retry(0.5)
+    assert gateway.sent == []
+    assert 2 <= len(bucket.keys) < 20  # polled with a backoff, not in a tight loop
+
+
+async def test_a_failed_or_unreadable_read_is_retried_and_never_dropped() -> None:
+    for value in (TimeoutError(), b"not json", b'{"session_seq": "x"}'):
+        gateway = Gateway()
+        outcome = await handle_runtime_event(
+            truncated(), default_config(), gateway, Bucket(value), LastReplies()
+        )
+        assert outcome == retry()
+        assert gateway.sent == []
+
+
+async def test_the_evaluate_reply_settles_as_before() -> None:
+    cases: list[tuple[dict[str, Any] | Exception, Any]] = [
+        (TimeoutError(), retry()),
+        ({"ok": False, "error": {"code": "conflict"}}, retry()),
+        ({"ok": False, "error": {"code": "invalid_request"}}, None),
+    ]
+    for reply, expected in cases:
+        replies = LastReplies()
+        outcome = await handle_runtime_event(
+            truncated(), default_config(), Gateway(reply), Bucket(state(1)), replies
+        )
+        if expected is None:
+            assert outcome == dead_letter("invalid_request", "the gateway refused the evaluation")
+        else:
+            assert outcome == expected
+        assert replies.get(SESSION) is None
