@@ -20,15 +20,18 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+import orjson
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from contracts.subjects import command_subject
 from services.adapters.connection import connect
 from services.adapters.http import HealthServer
 from services.adapters.jetstream import DurableConsumer, ensure_consumer, provision
 from services.adapters.settings import Settings, check_payload_bounds
+from services.adapters.telemetry import inject_traceparent
 
 
 @dataclass
@@ -50,6 +53,18 @@ class Runtime:
     def js(self) -> JetStreamContext:
         """A JetStream context on the connection."""
         return self.connection.jetstream()
+
+    async def command(self, op: str, command: dict[str, Any]) -> dict[str, Any]:
+        """Send one command to the gateway (`reminders.v1.<op>`) and return its reply, with
+        the current trace context; raises when nobody answered in time."""
+        response = await self.connection.request(
+            command_subject(op),
+            orjson.dumps(command),
+            timeout=self.settings.request_timeout_s,
+            headers=inject_traceparent() or None,
+        )
+        reply: dict[str, Any] = orjson.loads(response.data)
+        return reply
 
     def is_ready(self) -> bool:
         """Connected and running its loop."""

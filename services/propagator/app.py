@@ -14,13 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from contracts.events import Event, HandedOff
-from contracts.subjects import command_subject, kind_subject_filter
+from contracts.subjects import kind_subject_filter
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
-from services.adapters.telemetry import inject_traceparent, tracer_provider
+from services.adapters.telemetry import tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, dead_letter, durable_consumer, retry
 from services.runtime import Runtime
 
@@ -88,15 +86,7 @@ class Propagator:
         """Consume `handed_off` events until stopped."""
         assert self.consumer is not None
 
-        async def request(op: str, command: dict[str, Any]) -> dict[str, Any]:
-            response = await runtime.connection.request(
-                command_subject(op),
-                orjson.dumps(command),
-                timeout=self.settings.request_timeout_s,
-                headers=inject_traceparent() or None,
-            )
-            reply: dict[str, Any] = orjson.loads(response.data)
-            return reply
+        request = runtime.command
 
         await self.consumer.run(runtime, lambda event: handle_handed_off(event, request), stop)
 

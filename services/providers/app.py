@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from nats.aio.msg import Msg
 from opentelemetry.metrics import Counter
 
@@ -38,7 +37,6 @@ from contracts.state import SessionState
 from contracts.subjects import (
     AGENT_EVENT_SUBJECTS,
     EVALUATE_OP,
-    command_subject,
     last_token,
     session_token,
 )
@@ -47,7 +45,7 @@ from services.adapters.jetstream import DurableConsumer
 from services.adapters.plugins import load_providers_config
 from services.adapters.records import decode_record, read_last_value
 from services.adapters.settings import Settings
-from services.adapters.telemetry import inject_traceparent, meter_provider, tracer_provider
+from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, dead_letter, retry
 from services.runtime import Runtime
 
@@ -246,15 +244,7 @@ class Providers:
         counter = self.evaluations
         config: ProvidersConfig = self.config
 
-        async def request(op: str, command: dict[str, Any]) -> dict[str, Any]:
-            response = await runtime.connection.request(
-                command_subject(op),
-                orjson.dumps(command),
-                timeout=self.settings.request_timeout_s,
-                headers=inject_traceparent() or None,
-            )
-            reply: dict[str, Any] = orjson.loads(response.data)
-            return reply
+        request = runtime.command
 
         async def read(token: str) -> bytes | None:
             return await read_last_value(
