@@ -10,7 +10,6 @@ applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the projec
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,9 +19,8 @@ from nats.aio.client import Client
 from contracts.state import SessionState
 from contracts.subjects import session_token
 from services.adapters.jetstream import last_session_seq
-from services.adapters.records import READ_TIMEOUT_S, read_last_value
+from services.adapters.projection import BucketReader, Projected, TooManyWaiting
 from services.adapters.settings import Settings
-from services.gateway.watch import Projected, ProjectionWatch, TooManyWaiting, read_projected
 
 DEFAULT_TIMEOUT_MS = 2000
 
@@ -59,20 +57,14 @@ class ProjectionReader:
     def __init__(self, nc: Client, settings: Settings) -> None:
         self._nc = nc
         self._settings = settings
-        self.watch = ProjectionWatch(
+        self._bucket = BucketReader(
             nc,
             settings.kv_bucket,
             max_waiting=settings.max_waiting_queries,
             # One session's flood may take a tenth of the places, never all of them.
             max_waiting_per_session=max(1, settings.max_waiting_queries // 10),
         )
-
-    async def _get(self, token: str) -> Projected:
-        """The key's last value (`read_last_value`: one direct get, parsed with `orjson`);
-        a missing, deleted or purged key is an empty record."""
-        return read_projected(
-            await read_last_value(self._nc, self._settings.kv_bucket, token, READ_TIMEOUT_S)
-        )
+        self.watch = self._bucket.watch
 
     async def projected(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
@@ -86,7 +78,8 @@ class ProjectionReader:
         # Both reads at once: the order does not matter, since the value is only taken once
         # it covers the last sequence read after the query arrived.
         last_seq, record = await _both(
-            last_session_seq(self._nc, self._settings.stream, session_id), self._get(token)
+            last_session_seq(self._nc, self._settings.stream, session_id),
+            self._bucket.get(token),
         )
 
         def ready(record: Projected) -> bool:
@@ -131,21 +124,10 @@ class ProjectionReader:
         ready: Callable[[Projected], bool],
         timeout_s: float,
     ) -> Projected:
-        await self.watch.ensure_started()
         try:
-            waiter = self.watch.register(token, ready)
+            return await self._bucket.wait(token, ready, timeout_s)
         except TooManyWaiting:
             raise QueryBusy(retry_after_ms=min(1000, int(timeout_s * 1000))) from None
-        try:
-            # Read again once registered, so an update between the two reads is not missed.
-            record = await self._get(token)
-            if ready(record):
-                return record
-            with contextlib.suppress(TimeoutError):
-                return await asyncio.wait_for(asyncio.shield(waiter.done), timeout_s)
-            return await self._get(token)
-        finally:
-            self.watch.release(waiter)
 
 
 def pending_injections(state: SessionState) -> dict[str, Any]:

@@ -7,10 +7,12 @@ effects), evaluate every subscribed provider, send one `evaluate` command whose 
 is derived from the runtime event id (a redelivery is answered from the log), then ack.
 
 The view is read straight from the projection bucket, not through the gateway's `state`
-query: one direct get of the session's key (`read_last_value`; a missing key or a tombstone
-is an empty view). Older than `min_seq`: read again after a short backoff (2 ms doubling to
-50 ms) for up to 2 s, then redelivered after 0.5 s. No watcher per read (each would be a
-consumer). The gateway then spends its CPU on the `evaluate` alone.
+query: one direct get of the session's key (a missing key or a tombstone is an empty view).
+Older than `min_seq`: waited for on the replica's one shared watch of the bucket (the
+gateway's kind, `services.adapters.projection`: one consumer per process, not one per read,
+and no polling) for up to 2 s, then redelivered after 0.5 s. A value is parsed only as far
+as its sequences until it is ready, and into the full model once. The gateway then spends
+its CPU on the `evaluate` alone.
 
 Settling: an undecodable or invalid runtime event goes to the DLQ with its code (it never
 stalls the consumer); the gateway away, busy or in conflict → redelivered after a delay; a
@@ -26,7 +28,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nats.aio.msg import Msg
 from opentelemetry.metrics import Counter
@@ -43,7 +45,7 @@ from contracts.subjects import (
 from core.providers import ProvidersConfig, evaluate_event, evaluation_request_id
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.plugins import load_providers_config
-from services.adapters.records import decode_record, read_last_value
+from services.adapters.projection import BucketReader, Projected, TooManyWaiting
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, dead_letter, retry
@@ -58,16 +60,25 @@ RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
 REMEMBERED_SESSIONS = 100_000
 NS = 1_000_000_000
 
-#: How long a view older than `min_seq` is read again before the event is redelivered.
+#: How long a view older than `min_seq` is waited for before the event is redelivered.
 VIEW_WAIT_S = 2.0
-#: The backoff between those reads: from the first delay, doubling up to the last.
-FIRST_POLL_S = 0.002
-MAX_POLL_S = 0.05
+#: Views waited for at once on one replica (runtime events in flight are fewer: the
+#: consumer's `max_ack_pending`); one per session, since a session's events go in order.
+MAX_WAITING_VIEWS = 1024
 
 #: Sends one command to the gateway and returns its reply; raises when nobody answered.
 Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-#: Reads one key (a session token) of the projection bucket: its last value, None if none.
-ReadValue = Callable[[str], Awaitable[bytes | None]]
+
+
+class ViewReads(Protocol):
+    """The read port of the projection bucket (`BucketReader` in production)."""
+
+    async def until(
+        self, token: str, ready: Callable[[Projected], bool], timeout_s: float
+    ) -> tuple[Projected, bool]:
+        """A key's value once `ready` (waited for up to `timeout_s`), and whether it is
+        still not (stale); `TooManyWaiting` when no place to wait is free."""
+        ...
 
 
 class LastReplies:
@@ -114,40 +125,30 @@ def evaluate_command(
     return command
 
 
-def view_of(value: bytes | None, session_id: str) -> SessionState:
+def view_of(record: Projected, session_id: str) -> SessionState:
     """A bucket value as the session view: a missing key or a tombstone is an empty view;
     `ValueError` (a `ValidationError` too) for what the projector would not write."""
-    record = decode_record(value)
-    if isinstance(record, SessionState):
-        return record
-    return SessionState(session_id=session_id)
+    return record.session_state() or SessionState(session_id=session_id)
 
 
 async def read_view(
-    session_id: str, read: ReadValue, min_seq: int, wait_s: float = VIEW_WAIT_S
+    session_id: str, reads: ViewReads, min_seq: int, wait_s: float = VIEW_WAIT_S
 ) -> tuple[SessionState, bool]:
-    """The session view from the bucket once its `session_seq` reaches `min_seq` (read
-    again with a backoff, up to `wait_s`); and whether it is still older (stale)."""
-    token = session_token(session_id)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    delay = FIRST_POLL_S
-    while True:
-        view = view_of(await read(token), session_id)
-        if view.session_seq >= min_seq:
-            return view, False
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return view, True
-        await asyncio.sleep(min(delay, remaining))
-        delay = min(delay * 2, MAX_POLL_S)
+    """The session view from the bucket once its `session_seq` reaches `min_seq` (waited
+    for up to `wait_s`); and whether it is still older (stale)."""
+
+    def covers(record: Projected) -> bool:
+        return record.session_seq >= min_seq
+
+    record, stale = await reads.until(session_token(session_id), covers, wait_s)
+    return view_of(record, session_id), stale
 
 
 async def handle_runtime_event(
     event: RuntimeEvent,
     config: ProvidersConfig,
     request: Request,
-    read: ReadValue,
+    reads: ViewReads,
     last_replies: LastReplies,
     count: Callable[[str, str], None] = lambda provider_id, reason: None,
     wait_s: float = VIEW_WAIT_S,
@@ -155,7 +156,9 @@ async def handle_runtime_event(
     """Read the view, evaluate, send one `evaluate`, settle."""
     min_seq = last_replies.get(event.session_id) or 0
     try:
-        view, stale = await read_view(event.session_id, read, min_seq, wait_s)
+        view, stale = await read_view(event.session_id, reads, min_seq, wait_s)
+    except TooManyWaiting:
+        return retry(0.5)
     except ValueError as exc:  # a value the projector would not write: retried, never dropped
         log.warning("unreadable session view", extra={"error": type(exc).__name__})
         return retry()
@@ -220,6 +223,7 @@ class Providers:
     consumer: EventConsumer | None = None
     evaluations: Counter | None = None
     last_replies: LastReplies = field(default_factory=LastReplies)
+    reads: BucketReader | None = None
 
     def consumers(self) -> list[DurableConsumer]:
         """Its durable consumer on AGENT_EVENTS."""
@@ -245,14 +249,12 @@ class Providers:
         config: ProvidersConfig = self.config
 
         request = runtime.command
-
-        async def read(token: str) -> bytes | None:
-            return await read_last_value(
-                runtime.connection,
-                self.settings.kv_bucket,
-                token,
-                timeout_s=self.settings.request_timeout_s,
-            )
+        reads = self.reads = BucketReader(
+            runtime.connection,
+            self.settings.kv_bucket,
+            max_waiting=MAX_WAITING_VIEWS,
+            max_waiting_per_session=4,
+        )
 
         def count(provider_id: str, reason: str) -> None:
             if counter is not None:
@@ -260,7 +262,7 @@ class Providers:
 
         async def handle(event: RuntimeEvent) -> Outcome:
             return await handle_runtime_event(
-                event, config, request, read, self.last_replies, count
+                event, config, request, reads, self.last_replies, count
             )
 
         # One lane per session token: sessions are evaluated concurrently, and one
@@ -273,4 +275,6 @@ class Providers:
         )
 
     async def stop(self, runtime: Runtime) -> None:
-        """Nothing of its own to release."""
+        """Stop the shared watch of the bucket (if a wait ever started it)."""
+        if self.reads is not None:
+            await self.reads.watch.stop()

@@ -17,6 +17,8 @@ import pytest
 
 from cli.embedded import EmbeddedNats
 from client.sdk import ReminderClient
+from contracts.subjects import session_token
+from services.adapters.projection import BucketReader
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
@@ -337,9 +339,20 @@ async def test_the_providers_service_works_under_its_own_user_and_no_more(
                 break
             await asyncio.sleep(0.1)
         assert [row["spec"]["tags"] for row in state["pending"]] == [["truncation"]]
-        # The providers user may evaluate and read the bucket, and nothing else of note (its
-        # view comes from direct gets of the projection, not the `state` query).
+        # The providers user may evaluate and read the bucket, and wait on its one watch of
+        # the bucket, and nothing else of note (its view comes from the projection, not the
+        # `state` query).
         providers = await connect_as(secured_server, "providers")
+        reads = BucketReader(providers, settings.kv_bucket, 8, 4)
+        seen = state["session_seq"]
+        waiting = asyncio.create_task(
+            reads.until(session_token("secure-rt"), lambda r: r.session_seq > seen, 10)
+        )
+        await asyncio.sleep(0.3)
+        await client.inject("secure-rt", "a later write", tags=["later"])
+        record, stale = await waiting
+        assert not stale and record.session_seq > seen
+        await reads.watch.stop()
         for subject in (
             "transcript.reminder.injected.secure-rt",
             "reminders.v1.inject",

@@ -1,8 +1,10 @@
 """The providers service's step (1): the session view read from the projection bucket through
-its read port (faked here), with `min_seq`, and how each answer settles the runtime event."""
+its read port (faked here; the real one, which waits on the shared watch, is proven on a real
+server in tests/integration), with `min_seq`, and how each answer settles the runtime event."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -12,6 +14,7 @@ from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.subjects import EVALUATE_OP, session_token
 from core.providers import default_config, evaluation_request_id
+from services.adapters.projection import Projected, TooManyWaiting, read_projected
 from services.adapters.records import encode_state
 from services.consumer import ACK, dead_letter, retry
 from services.providers.app import LastReplies, handle_runtime_event
@@ -35,18 +38,26 @@ def truncated(event_id: str = "rt-1") -> RuntimeEvent:
 
 
 class Bucket:
-    """A fake read port: the values one key returns, read after read (the last repeats)."""
+    """A fake read port: the values one key takes, one after another (the last stays); a wait
+    sees them in order until one is ready, or runs out (stale)."""
 
     def __init__(self, *values: bytes | Exception | None) -> None:
         self.values = list(values)
         self.keys: list[str] = []
+        self.seen = 0
 
-    async def __call__(self, token: str) -> bytes | None:
+    async def until(
+        self, token: str, ready: Callable[[Projected], bool], timeout_s: float
+    ) -> tuple[Projected, bool]:
         self.keys.append(token)
-        value = self.values.pop(0) if len(self.values) > 1 else self.values[0]
-        if isinstance(value, Exception):
-            raise value
-        return value
+        for value in self.values:
+            self.seen += 1
+            if isinstance(value, Exception):
+                raise value
+            record = read_projected(value)
+            if ready(record):
+                return record, False
+        return record, True
 
 
 class Gateway:
@@ -102,7 +113,7 @@ async def test_a_view_older_than_min_seq_is_read_again_until_it_covers_it() -> N
     bucket, gateway = Bucket(state(3), state(4), state(5)), Gateway()
     outcome = await handle_runtime_event(truncated(), default_config(), gateway, bucket, replies)
     assert outcome == ACK
-    assert len(bucket.keys) == 3
+    assert bucket.seen == 3
     ((_, command),) = gateway.sent
     assert command["view_seq"] == 5
 
@@ -116,7 +127,21 @@ async def test_a_view_still_older_than_min_seq_after_the_wait_is_redelivered_lat
     )
     assert outcome == retry(0.5)
     assert gateway.sent == []
-    assert 2 <= len(bucket.keys) < 20  # polled with a backoff, not in a tight loop
+
+
+async def test_no_free_place_to_wait_for_the_view_is_redelivered_later() -> None:
+    class Full(Bucket):
+        async def until(
+            self, token: str, ready: Callable[[Projected], bool], timeout_s: float
+        ) -> tuple[Projected, bool]:
+            raise TooManyWaiting(token)
+
+    replies = LastReplies()
+    replies.put(SESSION, 5)
+    gateway = Gateway()
+    outcome = await handle_runtime_event(truncated(), default_config(), gateway, Full(), replies)
+    assert outcome == retry(0.5)
+    assert gateway.sent == []
 
 
 async def test_a_failed_or_unreadable_read_is_retried_and_never_dropped() -> None:

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from contracts.state import ProviderMark, ProvidersState, SessionState
+from services.adapters.projection import Projected, read_projected
 from services.adapters.records import encode_state
-from services.gateway.watch import Projected, read_projected
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 

@@ -1,19 +1,22 @@
-"""One watch of the projection bucket per gateway replica, shared by every waiting query.
+"""Reading the projection bucket, and waiting for it: one watch per process, shared by
+every reader that waits.
 
-A KV watcher is a JetStream consumer: one per waiting query would exhaust the server's
-consumers under a flood of long waits and break every session's queries (SPEC §4.10). So the
-gateway keeps a single ordered consumer on `$KV.<bucket>.>` that delivers new values only,
-and hands each update to the queries waiting on that key. Waits are bounded per replica and
-per session, so one session's flood cannot take every place: past either bound a query is
-answered `rate_limited` at once.
+A KV watcher is a JetStream consumer: one per waiting read would exhaust the server's
+consumers under a flood of long waits and break every session's queries (SPEC §4.10). So a
+process (a gateway replica answering queries, a providers replica waiting for `min_seq`)
+keeps a single ordered consumer on `$KV.<bucket>.>` that delivers new values only, started on
+the first wait, and hands each update to the reads waiting on that key. Waits are bounded per
+process and per session, so one session's flood cannot take every place: past either bound
+the caller is told at once (`TooManyWaiting`).
 
-A waiting query only needs to know how far a value has got, so the watch reads a value as a
+A waiting read only needs to know how far a value has got, so the watch reads a value as a
 `Projected` (its bytes and sequences, from one `orjson` parse), never as the full model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,8 +29,9 @@ from nats.aio.subscription import Subscription
 from nats.js.api import DeliverPolicy
 
 from contracts.state import SessionState
+from services.adapters.records import READ_TIMEOUT_S, read_last_value
 
-log = logging.getLogger("reminders.gateway")
+log = logging.getLogger("reminders.projection")
 
 #: Top-level keys of a state the current `encode_state` writes (`providers` only once set).
 _STATE_KEYS = frozenset(SessionState.model_fields)
@@ -174,3 +178,49 @@ class ProjectionWatch:
         for waiter in list(waiting_here):
             if not waiter.done.done() and waiter.ready(record):
                 waiter.done.set_result(record)
+
+
+class BucketReader:
+    """Reads a bucket's values as `Projected`, and waits on the process's one shared watch
+    until a value is ready."""
+
+    def __init__(
+        self, nc: Client, bucket: str, max_waiting: int, max_waiting_per_session: int
+    ) -> None:
+        self._nc = nc
+        self._bucket = bucket
+        self.watch = ProjectionWatch(nc, bucket, max_waiting, max_waiting_per_session)
+
+    async def get(self, token: str) -> Projected:
+        """The key's last value (`read_last_value`: one direct get, parsed with `orjson`);
+        a missing, deleted or purged key is an empty record."""
+        return read_projected(await read_last_value(self._nc, self._bucket, token, READ_TIMEOUT_S))
+
+    async def until(
+        self, token: str, ready: Callable[[Projected], bool], timeout_s: float
+    ) -> tuple[Projected, bool]:
+        """The key's value once `ready` holds (read, then waited for up to `timeout_s`); and
+        whether it still does not (stale). `TooManyWaiting` when it would have to wait and
+        every place is taken."""
+        record = await self.get(token)
+        if not ready(record) and timeout_s > 0:
+            record = await self.wait(token, ready, timeout_s)
+        return record, not ready(record)
+
+    async def wait(
+        self, token: str, ready: Callable[[Projected], bool], timeout_s: float
+    ) -> Projected:
+        """Wait on the shared watch until a value of the key is `ready`, up to `timeout_s`;
+        then the last value, ready or not. `TooManyWaiting` when every place is taken."""
+        await self.watch.ensure_started()
+        waiter = self.watch.register(token, ready)
+        try:
+            # Read again once registered, so an update between the two reads is not missed.
+            record = await self.get(token)
+            if ready(record):
+                return record
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(waiter.done), timeout_s)
+            return await self.get(token)
+        finally:
+            self.watch.release(waiter)
