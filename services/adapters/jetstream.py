@@ -207,10 +207,15 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig, *, check: bo
 
 
 async def ensure_bucket(js: JetStreamContext, settings: Settings, *, check: bool = False) -> str:
-    """Create the projection bucket `REMINDER_SESSIONS` if it is missing (history 1)."""
+    """Create the projection bucket `REMINDER_SESSIONS` if it is missing (history 1), with
+    direct gets allowed; an older bucket without them is updated to allow them.
+
+    Direct gets are how every reader takes one key's value (`read_last_value`): any server
+    of the stream answers one at once, where a `STREAM.MSG.GET` waits in the server's
+    JetStream API queue behind every other API call (measured at 50–200 ms per read under
+    load, on 2 cores)."""
     try:
         await js.key_value(settings.kv_bucket)
-        return "unchanged"
     except nats.js.errors.BucketNotFoundError:
         if check:
             raise ProvisionError(
@@ -223,9 +228,21 @@ async def ensure_bucket(js: JetStreamContext, settings: Settings, *, check: bool
                 storage=StorageType.FILE,
                 replicas=settings.replicas,
                 description="Reminder Ledger session projections (SPEC §6.3)",
+                direct=True,
             )
         )
         return "created"
+    stream = f"KV_{settings.kv_bucket}"
+    config = (await js.stream_info(stream)).config
+    if config.allow_direct:
+        return "unchanged"
+    if check:
+        raise ProvisionError(
+            f"bucket {settings.kv_bucket} does not allow direct gets: {PROVISION_HINT}"
+        )
+    config.allow_direct = True
+    await js.update_stream(config)
+    return "updated"
 
 
 async def provision(

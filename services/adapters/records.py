@@ -15,7 +15,6 @@ two byte-identical.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -108,22 +107,25 @@ def decode_record(value: bytes | None) -> SessionState | Tombstone | None:
 async def read_last_value(
     nc: Client, bucket: str, token: str, timeout_s: float = READ_TIMEOUT_S
 ) -> bytes | None:
-    """A key's last value, read with one direct get of the bucket's stream (the subject
-    nats-py's KV get uses, `$JS.API.STREAM.MSG.GET.KV_<bucket>`) and `orjson`: no watcher,
-    no consumer, no model. None: the key never had a value; a deleted or purged key reads
-    as empty bytes. Any other API error raises `JetStreamApiError`."""
+    """A key's last value, read with one direct get of the bucket's stream
+    (`$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>`: answered by the stream itself, not
+    through the server's JetStream API queue; no watcher, no consumer, no model). None: the
+    key never had a value; a deleted or purged key reads as empty bytes. Any other answer
+    raises `JetStreamApiError`."""
     reply = await nc.request(
-        f"$JS.API.STREAM.MSG.GET.KV_{bucket}",
-        orjson.dumps({"last_by_subj": f"$KV.{bucket}.{token}"}),
-        timeout=timeout_s,
+        f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{token}", b"", timeout=timeout_s
     )
-    answer: dict[str, Any] = orjson.loads(reply.data)
-    error = answer.get("error")
-    if error is not None:
-        if error.get("code") == 404:  # no value for the key
-            return None
-        raise JetStreamApiError(error)
-    return base64.b64decode(answer["message"].get("data") or b"")
+    headers = reply.headers or {}
+    status = headers.get("Status")
+    if status == "404":  # no value for the key
+        return None
+    if status:
+        raise JetStreamApiError(
+            {"code": int(status), "description": headers.get("Description", "")}
+        )
+    if headers.get("KV-Operation") in ("DEL", "PURGE"):
+        return b""
+    return reply.data
 
 
 class StaleRevision(Exception):

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 from nats.aio.client import Client
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
 
-from services.adapters.jetstream import ProvisionError, event_stream_config, provision
+from services.adapters.jetstream import (
+    ProvisionError,
+    ensure_bucket,
+    event_stream_config,
+    provision,
+)
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
@@ -41,6 +46,9 @@ async def test_provisioning_creates_the_streams_the_spec_describes(
     assert agent.storage == StorageType.FILE
     assert agent.retention == RetentionPolicy.LIMITS
     assert agent.max_age == 7 * 24 * 3600
+    # Every reader takes one key of the projection bucket with a direct get.
+    bucket = (await nc.jetstream().stream_info("KV_REMINDER_SESSIONS")).config
+    assert bucket.allow_direct is True
 
 
 async def test_provisioning_twice_changes_nothing(nc: Client, settings: Settings) -> None:
@@ -58,6 +66,20 @@ async def test_an_existing_stream_missing_atomic_batches_is_updated(
     assert (await provision(js, settings))["REMINDERS"] == "updated"
     config = (await js.stream_info("REMINDERS")).config
     assert config.allow_atomic is True and config.duplicate_window == 120
+
+
+async def test_an_existing_bucket_without_direct_gets_is_updated_and_a_check_names_it(
+    nc: Client, settings: Settings
+) -> None:
+    js = nc.jetstream()
+    await js.create_key_value(KeyValueConfig(bucket=settings.kv_bucket, history=1))
+    await js.key_value(settings.kv_bucket)
+    with pytest.raises(ProvisionError, match="does not allow direct gets"):
+        await ensure_bucket(js, settings, check=True)
+    assert await ensure_bucket(js, settings) == "updated"
+    config = (await js.stream_info(f"KV_{settings.kv_bucket}")).config
+    assert config.allow_direct is True and config.max_msgs_per_subject == 1
+    assert await ensure_bucket(js, settings, check=True) == "unchanged"
 
 
 async def test_a_contradicting_stream_refuses_with_a_clear_message(
