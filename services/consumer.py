@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nats.aio.msg import Msg
+from nats.js.client import JetStreamContext
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
@@ -101,36 +102,81 @@ class EventConsumer:
     ) -> None:
         """The same loop for a stream whose messages are not ledger events (the providers'
         runtime events): `outcome_of` decodes one message and handles it. With `key_of`,
-        the messages of one fetched batch are settled concurrently across keys (e.g.
-        sessions), in delivery order within a key."""
+        messages are settled concurrently across keys (e.g. sessions) and in delivery order
+        within a key, as a stream (`_run_lanes`)."""
         subscription = await runtime.js.pull_subscribe_bind(
             durable=self.durable.name, stream=self.durable.stream
         )
         try:
+            if key_of is not None:
+                await self._run_lanes(runtime, subscription, outcome_of, stop, key_of)
+                return
             while not stop.is_set():
-                try:
-                    messages = await subscription.fetch(self.batch, timeout=1.0)
-                except TimeoutError:  # nats-py's and asyncio's: idle, nothing wrong
-                    continue
-                except Exception as exc:  # NATS away: nats-py reconnects; pull again soon
-                    log.warning("fetch failed", extra={"error": type(exc).__name__})
-                    await asyncio.sleep(0.5)
-                    continue
-                if key_of is None:
-                    for message in messages:
-                        await self._settle(runtime, message, outcome_of)
-                    continue
-                lanes: dict[str, list[Msg]] = {}
-                for message in messages:
-                    lanes.setdefault(key_of(message), []).append(message)
-
-                async def settle_lane(lane: list[Msg]) -> None:
-                    for message in lane:
-                        await self._settle(runtime, message, outcome_of)
-
-                await asyncio.gather(*(settle_lane(lane) for lane in lanes.values()))
+                for message in await self._fetch(subscription, self.batch):
+                    await self._settle(runtime, message, outcome_of)
         finally:
             await subscription.unsubscribe()
+
+    async def _run_lanes(
+        self,
+        runtime: Runtime,
+        subscription: JetStreamContext.PullSubscription,
+        outcome_of: Callable[[Msg], Awaitable[Outcome]],
+        stop: asyncio.Event,
+        key_of: Callable[[Msg], str],
+    ) -> None:
+        """Up to `batch` messages in flight, each settled as soon as the one before it of
+        the same key is, and fetched again as soon as any is: no batch waits for its slowest
+        message, so what it feeds (the gateway, for the providers) is never left idle while
+        a batch drains. The order within a key is the delivery order (a redelivered message
+        goes behind what its key already has in flight)."""
+        tails: dict[str, asyncio.Task[None]] = {}
+        room = asyncio.Semaphore(self.batch)
+
+        async def settle_after(previous: asyncio.Task[None] | None, message: Msg) -> None:
+            try:
+                if previous is not None:
+                    await asyncio.wait([previous])
+                await self._settle(runtime, message, outcome_of)
+            finally:
+                room.release()
+
+        def forget(key: str) -> Callable[[asyncio.Task[None]], None]:
+            def done(task: asyncio.Task[None]) -> None:
+                if tails.get(key) is task:
+                    del tails[key]
+
+            return done
+
+        while not stop.is_set():
+            await room.acquire()
+            free = 1
+            while not room.locked():  # take every free place for one fetch
+                await room.acquire()
+                free += 1
+            messages = await self._fetch(subscription, free)
+            for _ in range(free - len(messages)):
+                room.release()
+            for message in messages:
+                key = key_of(message)
+                task = asyncio.create_task(settle_after(tails.get(key), message))
+                tails[key] = task
+                task.add_done_callback(forget(key))
+        if tails:  # let what is in flight settle before the subscription goes
+            await asyncio.wait(list(tails.values()))
+
+    async def _fetch(
+        self, subscription: JetStreamContext.PullSubscription, batch: int
+    ) -> list[Msg]:
+        """Up to `batch` messages, or none after a second idle or when NATS is away."""
+        try:
+            return await subscription.fetch(batch, timeout=1.0)
+        except TimeoutError:  # nats-py's and asyncio's: idle, nothing wrong
+            return []
+        except Exception as exc:  # NATS away: nats-py reconnects; pull again soon
+            log.warning("fetch failed", extra={"error": type(exc).__name__})
+            await asyncio.sleep(0.5)
+            return []
 
     async def _settle(
         self, runtime: Runtime, message: Msg, outcome_of: Callable[[Msg], Awaitable[Outcome]]
