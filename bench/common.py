@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import resource
 import sys
@@ -67,6 +68,31 @@ def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
     return round(ordered[index], 2)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a live process has used so far; 0 when it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU time per unit of work of each named process over one phase of a benchmark: where
+    the time goes when every process shares the same cores."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._pids = pids
+        self._start = {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+    def ms_per(self, count: int) -> dict[str, float]:
+        """Milliseconds of CPU per unit (`count` units done since the meter started), per
+        process and in `total`."""
+        used = {name: cpu_seconds(pid) - self._start[name] for name, pid in self._pids.items()}
+        per = {name: round(1000 * seconds / max(1, count), 3) for name, seconds in used.items()}
+        return per | {"total": round(sum(per.values()), 3)}
 
 
 def peak_rss_mib(pid: int) -> float:

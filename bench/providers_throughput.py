@@ -13,12 +13,19 @@ for the commands the service sends, in the same run on the same server.
   providers process (state query + evaluation + one evaluate per event), the gateway and the
   projector, each its own process.
 - `ratio`: runtime_events_per_s / gateway_evaluate_commands_per_s (target ≥ 0.8).
+- `cpu_ms_per_evaluate_command` and `cpu_ms_per_runtime_event`: CPU milliseconds each
+  process (gateway, projector, providers, the nats-server and this load process) spent per
+  command / runtime event in each phase, and their total. Every process shares the same
+  cores, so when the machine is saturated the two rates stand in the inverse ratio of the
+  totals: `cpu_bound_ratio` = total per command / total per runtime event is the ratio the
+  CPU accounting predicts, beside the measured one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -27,11 +34,14 @@ import nats
 import orjson
 from nats.aio.client import Client as NATS
 
-from bench.common import embedded_server, emit, rate
+from bench.common import CpuMeter, embedded_server, emit, rate
 from cli.provision import provision_all
 from cli.supervisor import spawn_service, stop_all, wait_ready
 from client.sdk import ReminderClient
 from services.adapters.settings import Settings
+
+#: Pause after each phase before its CPU is read, so the projector's last writes count in it.
+SETTLE_S = 0.5
 
 
 def evaluate_command(session_id: str, n: int) -> dict[str, object]:
@@ -132,9 +142,18 @@ async def measure(events: int, sessions: int, concurrency: int) -> dict[str, obj
         ]
         try:
             wait_ready(services, timeout_s=30)
+            pids = {service.name: service.process.pid for service in services}
+            assert server.process is not None
+            pids |= {"nats-server": server.process.pid, "load": os.getpid()}
             await gateway_rate(server.url, 200, sessions, concurrency)  # warm-up
+            meter = CpuMeter(pids)
             gateway, failed = await gateway_rate(server.url, events, sessions, concurrency)
+            await asyncio.sleep(SETTLE_S)  # the projector's last writes belong to this phase
+            per_command = meter.ms_per(events)
+            meter = CpuMeter(pids)
             runtime = await providers_rate(server.url, settings, events, sessions)
+            await asyncio.sleep(SETTLE_S)
+            per_runtime_event = meter.ms_per(events)
         finally:
             stop_all(services)
     return {
@@ -146,6 +165,11 @@ async def measure(events: int, sessions: int, concurrency: int) -> dict[str, obj
         "runtime_events_per_s": runtime,
         "ratio": round(runtime / gateway, 2) if gateway else 0.0,
         "target_ratio": 0.8,
+        "cpu_ms_per_evaluate_command": per_command,
+        "cpu_ms_per_runtime_event": per_runtime_event,
+        "cpu_bound_ratio": round(per_command["total"] / per_runtime_event["total"], 2)
+        if per_runtime_event["total"]
+        else 0.0,
     }
 
 
