@@ -10,8 +10,8 @@ for the commands the service sends, in the same run on the same server.
 - `runtime_events_per_s`: `session_idle` runtime events (one subscribed provider, idle_nudge,
   which fires) published to AGENT_EVENTS over `--sessions` sessions, timed from the first
   publish until every event's `provider_evaluated` is stored in REMINDERS — through the
-  providers process (state query + evaluation + one evaluate per event), the gateway and the
-  projector, each its own process.
+  providers process (view read from the projection bucket, evaluation, one evaluate per
+  event), the gateway and the projector, each its own process.
 - `ratio`: runtime_events_per_s / gateway_evaluate_commands_per_s (target ≥ 0.8).
 - `cpu_ms_per_evaluate_command` and `cpu_ms_per_runtime_event`: CPU milliseconds each
   process (gateway, projector, providers, the nats-server and this load process) spent per

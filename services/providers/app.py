@@ -63,8 +63,11 @@ NS = 1_000_000_000
 #: How long a view older than `min_seq` is waited for before the event is redelivered.
 VIEW_WAIT_S = 2.0
 #: Views waited for at once on one replica (runtime events in flight are fewer: the
-#: consumer's `max_ack_pending`); one per session, since a session's events go in order.
+#: consumer's `max_ack_pending`).
 MAX_WAITING_VIEWS = 1024
+#: Per session: a session's runtime events are handled one after another, so one wait is
+#: the norm; the spare places only cover a redelivery racing its first delivery.
+MAX_WAITING_VIEWS_PER_SESSION = 4
 
 #: Sends one command to the gateway and returns its reply; raises when nobody answered.
 Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -125,23 +128,19 @@ def evaluate_command(
     return command
 
 
-def view_of(record: Projected, session_id: str) -> SessionState:
-    """A bucket value as the session view: a missing key or a tombstone is an empty view;
-    `ValueError` (a `ValidationError` too) for what the projector would not write."""
-    return record.session_state() or SessionState(session_id=session_id)
-
-
 async def read_view(
     session_id: str, reads: ViewReads, min_seq: int, wait_s: float = VIEW_WAIT_S
 ) -> tuple[SessionState, bool]:
     """The session view from the bucket once its `session_seq` reaches `min_seq` (waited
-    for up to `wait_s`); and whether it is still older (stale)."""
+    for up to `wait_s`); and whether it is still older (stale). A missing key or a tombstone
+    is an empty view; `ValueError` (a `ValidationError` too) for what the projector would
+    not write."""
 
     def covers(record: Projected) -> bool:
         return record.session_seq >= min_seq
 
     record, stale = await reads.until(session_token(session_id), covers, wait_s)
-    return view_of(record, session_id), stale
+    return record.session_state() or SessionState(session_id=session_id), stale
 
 
 async def handle_runtime_event(
@@ -253,7 +252,7 @@ class Providers:
             runtime.connection,
             self.settings.kv_bucket,
             max_waiting=MAX_WAITING_VIEWS,
-            max_waiting_per_session=4,
+            max_waiting_per_session=MAX_WAITING_VIEWS_PER_SESSION,
         )
 
         def count(provider_id: str, reason: str) -> None:
