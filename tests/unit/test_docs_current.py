@@ -1,6 +1,7 @@
 """The documentation against the code: every CLI option and every `REMINDERS_*` variable is
-documented, nothing documented is gone from the code, and every benchmark figure in prose is
-the one `bench/results/*.json` holds.
+documented, nothing documented is gone from the code, every benchmark figure in prose is the
+one `bench/results/*.json` holds, and the examples that show a program's output (the replay
+header, the hash-chain script) show what it prints today.
 
 Other changes add commands, options and variables; each failure says exactly what is missing
 and where to write it, so fixing it is a one-line edit of `docs/cli.md` or
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +220,19 @@ def test_the_replay_example_shows_the_digest_replay_prints_today() -> None:
         "docs/replay-and-audit.md: the `--format text` example's header is stale; run "
         "`reminders replay golden-1 --from tests/golden/basic_turns.events.jsonl --format text`"
     )
+
+
+def test_the_hash_chain_script_gives_what_its_page_shows(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "hash-chain.md").read_text(encoding="utf-8")
+    (script_text,) = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    script = tmp_path / "verify_chain.py"
+    script.write_text(script_text, encoding="utf-8")
+    shown = re.findall(r"\$ python3 verify_chain.py (\S+)\n(.+)", page)
+    assert len(shown) == 3, "docs/hash-chain.md lost its examples"
+    for path, expected in shown:
+        done = subprocess.run(
+            [sys.executable, str(script), path], cwd=ROOT, capture_output=True, text=True
+        )
+        assert (done.returncode, done.stdout.strip()) == (0, expected), (
+            f"docs/hash-chain.md: `python3 verify_chain.py {path}` now prints {done.stdout!r}"
+        )
