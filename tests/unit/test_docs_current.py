@@ -236,3 +236,23 @@ def test_the_hash_chain_script_gives_what_its_page_shows(tmp_path: Path) -> None
         assert (done.returncode, done.stdout.strip()) == (0, expected), (
             f"docs/hash-chain.md: `python3 verify_chain.py {path}` now prints {done.stdout!r}"
         )
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    headings = re.findall(r"^#+ (.*)$", text, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_link_to_a_section_finds_its_heading() -> None:
+    broken = []
+    for page in doc_pages():
+        for target in re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            path, _, anchor = target.partition("#")
+            if not anchor or re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue
+            linked = (page.parent / path).resolve() if path else page
+            if linked.suffix == ".md" and linked.exists() and anchor not in anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)} -> {target}: no such heading")
+    assert broken == [], "\n".join(broken)
