@@ -2,7 +2,8 @@
 the same run (see bench/README.md).
 
     python -m bench [--quick] [--only NAME[,NAME]] [--output FILE] [size options]
-    python -m bench --markdown [FILE]      # the README's table of a results file
+    python -m bench --markdown [FILE]      # the results table of bench/README.md, from a file
+    python -m bench.docs [--check]         # every figure quoted in the docs, from bench/results/
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The figures `python -m bench` reports: each measured value beside its baseline from the same
-run, the ratio and the target; and the Markdown table the README shows."""
+run, the ratio and the target; and the Markdown table bench/README.md shows."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class Figure:
     baseline_what: str = ""
 
     def target_text(self) -> str:
-        """The target as the README writes it."""
+        """The target as the results table writes it."""
         sign = "≥" if self.op == ">=" else "≤"
         if self.target_of == "ratio":
             return f"{sign} {self.target:g}× baseline"
@@ -209,7 +209,7 @@ def _number(value: float | None) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The README's table of a results file."""
+    """The results table of bench/README.md (and `bench.docs`) from a results file."""
     lines = [
         "| what | baseline (same run) | ours | ratio | target | met |",
         "|---|---|---|---|---|---|",

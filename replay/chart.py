@@ -14,11 +14,15 @@ An event's column is its `turn`, except that the chart's clock never runs backwa
 command may carry a turn lower than one the session has already seen (a late `compact`
 labelled with an earlier turn, say), and its events then sit in the column of the highest
 turn seen so far — where they happened in the log — with the recorded turn in their titles.
+
+Each row is labelled by what the reminder says, not by its id: its tags (else its dedupe
+key), then the first words of its body (`row_label`). The audit page is the auditor's view of
+exactly what the model was told, so a body's first words belong there — never in a log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -55,6 +59,16 @@ MARKER_KINDS: Final[tuple[MarkerKind, ...]] = (
 )
 
 AUTHORITIES: Final[tuple[Authority, ...]] = ("contract", "corrective", "advisory")
+#: How many words of a body a row label shows.
+LABEL_WORDS: Final = 8
+
+
+def row_label(tags: Iterable[str], dedupe_key: str | None, body: str) -> str:
+    """`tags · first words of the body…` (the dedupe key when there is no tag)."""
+    words = body.split()
+    text = " ".join(words[:LABEL_WORDS]) + ("…" if len(words) > LABEL_WORDS else "")
+    key = ", ".join(tags) or (dedupe_key or "")
+    return f"{key} · {text}" if key else text
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,9 @@ class Row:
     reminder_id: str
     bars: tuple[Bar, ...]
     markers: tuple[Marker, ...]
+    label: str = ""
+    """What the row is called: `row_label` of the reminder's first `queued` or `injected`
+    event (its id when the log holds neither)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,12 @@ class _RowBuilder:
     bars: list[Bar] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
     open: _Open | None = None
+    label: str | None = None
+
+    def name(self, tags: Iterable[str], dedupe_key: str | None, body: str) -> None:
+        """Label the row once, from the first event that carries the reminder's text."""
+        if self.label is None:
+            self.label = row_label(tags, dedupe_key, body)
 
     def mark(self, kind: MarkerKind, event: ev.Event, column: int, what: str = "") -> None:
         title = f"{self.reminder_id}: {kind}{what} {_at(event, column)}"
@@ -184,6 +207,76 @@ def _at(event: ev.Event, column: int) -> str:
     return f"at turn {column} (#{event.session_seq}{recorded})"
 
 
+@dataclass
+class _Lanes:
+    """The session-wide lanes: envelopes, compactions and provider evaluations."""
+
+    envelopes: list[Envelope] = field(default_factory=list)
+    session: list[Marker] = field(default_factory=list)
+    providers: list[Marker] = field(default_factory=list)
+
+    def add(self, event: ev.Event, turn: int) -> None:
+        p, seq = event.payload, event.session_seq
+        if isinstance(p, ev.Delivered):
+            self.envelopes.append(
+                Envelope(turn, seq, p.speaker, p.format, tuple(p.directive_ids), p.text)
+            )
+            what = f"envelope delivered {_at(event, turn)}: {len(p.directive_ids)} directive(s)"
+            self.session.append(Marker("envelope", turn, seq, what))
+        elif isinstance(p, ev.Compacted):
+            self.session.append(Marker("compacted", turn, seq, f"compacted {_at(event, turn)}"))
+        elif isinstance(p, ev.ProviderEvaluated):
+            outcome = "fired" if p.fired else "quiet"
+            what = (
+                f"provider {p.provider_id}: provider_evaluated on {p.event}, {outcome} "
+                f"{_at(event, turn)}"
+            )
+            self.providers.append(Marker("provider_evaluated", turn, seq, what, fired=p.fired))
+
+
+def _add_to_rows(event: ev.Event, turn: int, row: Callable[[str], _RowBuilder]) -> None:
+    """What one event does to the rows of the reminders it names."""
+    p = event.payload
+    if isinstance(p, ev.Queued):
+        r = row(p.reminder.id or "")
+        r.close(event, "queued again", turn)
+        r.open = _Open(p.reminder.authority, turn, turn, False, False)
+        r.mark("queued", event, turn, f" for {p.mode}")
+        r.name(p.reminder.tags, p.reminder.dedupe_key, p.reminder.body)
+    elif isinstance(p, ev.Injected):
+        r = row(p.reminder_id)
+        waited = r.open.queued_turn if r.open and not r.open.injected else None
+        if r.open and r.open.injected:
+            r.close(event, "injected again", turn)
+        r.open = _Open(p.authority, turn, waited, True, p.audit_only)
+        r.name(p.tags, p.dedupe_key, p.reminder.body)
+    elif isinstance(p, ev.Deduped):
+        for replaced in p.replaced_ids:
+            row(replaced).mark("deduped", event, turn, f", replaced by {p.reminder_id}")
+            row(replaced).close(event, "deduped", turn)
+    elif isinstance(p, ev.Revoked):
+        row(p.reminder_id).mark("revoked", event, turn)
+        row(p.reminder_id).close(event, "revoked", turn)
+    elif isinstance(p, ev.Fired):
+        row(p.reminder_id).mark("fired", event, turn)
+    elif isinstance(p, ev.Delivered):
+        for directive in p.directive_ids:
+            row(directive).mark("delivered", event, turn)
+    elif isinstance(p, ev.Expired):
+        row(p.reminder_id).close(event, f"expired ({p.reason})", turn)
+    elif isinstance(p, ev.Dropped):
+        row(p.reminder_id).mark("dropped", event, turn, f" ({p.reason}, {p.code})")
+        row(p.reminder_id).close(event, "dropped", turn)
+    elif isinstance(p, ev.Compacted):
+        for kept in p.preserved_ids:
+            row(kept).mark("compacted", event, turn, ", kept through it")
+    elif isinstance(p, ev.HandedOff):
+        for handed in p.propagated_ids:
+            row(handed).mark("handed_off", event, turn, f" to {p.child_session_id}")
+    elif isinstance(p, ev.Inherited):
+        row(p.reminder_id).mark("inherited", event, turn, f" from {p.parent_session_id}")
+
+
 def chart(events: Iterable[ev.Event]) -> Chart:
     """The chart of a session's events, in log order."""
     listed = list(events)
@@ -192,85 +285,26 @@ def chart(events: Iterable[ev.Event]) -> Chart:
     first = listed[0].turn
     last = max(e.turn for e in listed)
     rows: dict[str, _RowBuilder] = {}
-    envelopes: list[Envelope] = []
-    session: list[Marker] = []
-    providers: list[Marker] = []
+    lanes = _Lanes()
 
     def row(reminder_id: str) -> _RowBuilder:
         return rows.setdefault(reminder_id, _RowBuilder(reminder_id))
 
     turn = first
     for event in listed:
-        p = event.payload
-        turn, seq = max(turn, event.turn), event.session_seq
-        if isinstance(p, ev.Queued):
-            r = row(p.reminder.id or "")
-            r.close(event, "queued again", turn)
-            r.open = _Open(p.reminder.authority, turn, turn, False, False)
-            r.mark("queued", event, turn, f" for {p.mode}")
-        elif isinstance(p, ev.Injected):
-            r = row(p.reminder_id)
-            waited = r.open.queued_turn if r.open and not r.open.injected else None
-            if r.open and r.open.injected:
-                r.close(event, "injected again", turn)
-            r.open = _Open(p.authority, turn, waited, True, p.audit_only)
-        elif isinstance(p, ev.Deduped):
-            for replaced in p.replaced_ids:
-                row(replaced).mark("deduped", event, turn, f", replaced by {p.reminder_id}")
-                row(replaced).close(event, "deduped", turn)
-        elif isinstance(p, ev.Revoked):
-            row(p.reminder_id).mark("revoked", event, turn)
-            row(p.reminder_id).close(event, "revoked", turn)
-        elif isinstance(p, ev.Fired):
-            row(p.reminder_id).mark("fired", event, turn)
-        elif isinstance(p, ev.Delivered):
-            for directive in p.directive_ids:
-                row(directive).mark("delivered", event, turn)
-            envelopes.append(
-                Envelope(turn, seq, p.speaker, p.format, tuple(p.directive_ids), p.text)
-            )
-            count = len(p.directive_ids)
-            session.append(
-                Marker(
-                    "envelope",
-                    turn,
-                    seq,
-                    f"envelope delivered {_at(event, turn)}: {count} directive(s)",
-                )
-            )
-        elif isinstance(p, ev.Expired):
-            row(p.reminder_id).close(event, f"expired ({p.reason})", turn)
-        elif isinstance(p, ev.Dropped):
-            row(p.reminder_id).mark("dropped", event, turn, f" ({p.reason}, {p.code})")
-            row(p.reminder_id).close(event, "dropped", turn)
-        elif isinstance(p, ev.Compacted):
-            for kept in p.preserved_ids:
-                row(kept).mark("compacted", event, turn, ", kept through it")
-            session.append(Marker("compacted", turn, seq, f"compacted {_at(event, turn)}"))
-        elif isinstance(p, ev.HandedOff):
-            for handed in p.propagated_ids:
-                row(handed).mark("handed_off", event, turn, f" to {p.child_session_id}")
-        elif isinstance(p, ev.Inherited):
-            row(p.reminder_id).mark("inherited", event, turn, f" from {p.parent_session_id}")
-        elif isinstance(p, ev.ProviderEvaluated):
-            outcome = "fired" if p.fired else "quiet"
-            providers.append(
-                Marker(
-                    "provider_evaluated",
-                    turn,
-                    seq,
-                    f"provider {p.provider_id}: provider_evaluated on {p.event}, {outcome} "
-                    f"{_at(event, turn)}",
-                    fired=p.fired,
-                )
-            )
+        turn = max(turn, event.turn)
+        _add_to_rows(event, turn, row)
+        lanes.add(event, turn)
     end = listed[-1]
     for builder in rows.values():
         builder.close(end, None, last)
     return Chart(
         turns=tuple(range(first, last + 1)),
-        rows=tuple(Row(b.reminder_id, tuple(b.bars), tuple(b.markers)) for b in rows.values()),
-        envelopes=tuple(envelopes),
-        session_markers=tuple(session),
-        providers=tuple(providers),
+        rows=tuple(
+            Row(b.reminder_id, tuple(b.bars), tuple(b.markers), b.label or b.reminder_id)
+            for b in rows.values()
+        ),
+        envelopes=tuple(lanes.envelopes),
+        session_markers=tuple(lanes.session),
+        providers=tuple(lanes.providers),
     )

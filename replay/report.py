@@ -158,7 +158,7 @@ def lives(events: Iterable[ev.Event]) -> list[Life]:
 
 
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:70rem}
+body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
 h1{font-size:1.4rem} h2{font-size:1.1rem;border-bottom:1px solid #ccc}
 .turn{margin:1rem 0 2rem} .event{font-family:monospace;font-size:.85rem;margin:.1rem 0}
 .kind{display:inline-block;min-width:7rem;font-weight:bold}

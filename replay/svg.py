@@ -4,8 +4,15 @@ No script, no fonts or style sheets to fetch: shapes carry their own presentatio
 attributes and text uses the generic `sans-serif` and `monospace` families, so the SVG reads
 the same pasted alone into a file. Every bar and marker is a `<g>` whose `<title>` names
 the reminder id and the event kind (never a body), with `data-*` attributes saying which
-row, turn and kind it is, so tests can read the drawing back. Coordinates are computed from
-the chart alone: the same log gives the same bytes.
+row, turn and kind it is, so tests can read the drawing back. Each row is labelled with what
+the reminder says (`Row.label`: its tags or key and the first words of its body) and its id
+is the label's tooltip. Coordinates are computed from the chart alone: the same log gives
+the same bytes.
+
+The grid is laid out for `PAGE_W` pixels, the turns sharing what the labels leave, and the
+SVG is drawn `width="100%"` over that view box, so the chart fills the page's width
+whatever it is. A session with so many turns that a column would fall below `MIN_COL_W`
+gets a wider view box that never shrinks below its own size: the page scrolls it sideways.
 """
 
 from __future__ import annotations
@@ -27,9 +34,13 @@ ROW_H: Final = 24
 BAR_H: Final = 14
 LEGEND_ITEM_W: Final = 180
 LEGEND_ROW_H: Final = 22
-LABEL_CHARS: Final = 28
-CHAR_W: Final = 8
+LABEL_CHARS: Final = 40
+#: The mean advance of a 12 px sans-serif character, for sizing the label column.
+CHAR_W: Final = 7
 ARROW: Final = 7
+#: The width the grid is laid out for; the page scales the drawing to its own width.
+PAGE_W: Final = 1100
+MIN_COL_W: Final = 20
 
 #: (fill, stroke) per authority.
 AUTHORITY_COLOURS: Final[dict[Authority, tuple[str, str]]] = {
@@ -152,7 +163,7 @@ class Layout:
 
     @property
     def width(self) -> int:
-        return max(self.grid_x + self.grid_w + PAD + ARROW + 4, 2 * PAD + 3 * LEGEND_ITEM_W)
+        return max(self.grid_x + self.grid_w + PAD + ARROW + 4, PAGE_W)
 
     def col_x(self, turn: int) -> int:
         return self.grid_x + (turn - self.first_turn) * self.col_w
@@ -162,23 +173,27 @@ class Layout:
 
 
 def layout(chart: Chart) -> Layout:
-    """Column width shrinks as turns grow, between 20 and 96 pixels."""
-    labels = [row.reminder_id for row in chart.rows] + ["provider evaluations"]
+    """The labels take what their longest needs (up to `LABEL_CHARS`); the turns share the
+    rest of `PAGE_W` equally, each at least `MIN_COL_W` wide."""
+    labels = [row.label for row in chart.rows] + ["provider evaluations"]
     chars = min(LABEL_CHARS, max(len(label) for label in labels))
+    label_w = chars * CHAR_W + 16
     n_cols = max(1, len(chart.turns))
+    room = PAGE_W - 2 * PAD - label_w - ARROW - 4
     return Layout(
-        label_w=chars * CHAR_W + 12,
-        col_w=max(20, min(96, 960 // n_cols)),
+        label_w=label_w,
+        col_w=max(MIN_COL_W, room // n_cols),
         n_cols=n_cols,
         n_rows=len(chart.rows) + 2,
         first_turn=chart.turns[0] if chart.turns else 0,
     )
 
 
-def _label(text: str) -> str:
-    if len(text) <= LABEL_CHARS:
-        return _e(text)
-    return f"<title>{_e(text)}</title>{_e(text[: LABEL_CHARS - 1])}…"
+def _label(text: str, tooltip: str | None = None) -> str:
+    """A row label cut to `LABEL_CHARS`; the tooltip (or the whole text) on hover."""
+    shown = text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1].rstrip() + "…"
+    hover = tooltip if tooltip is not None else (text if shown != text else None)
+    return (f"<title>{_e(hover)}</title>" if hover else "") + _e(shown)
 
 
 def _markers(markers: tuple[Marker, ...], lay: Layout, y_mid: float, out: list[str]) -> None:
@@ -326,15 +341,19 @@ def chart_svg(chart: Chart, session_id: str, *, inline: bool = False) -> str:
             f'width="{lay.col_w}" height="{lay.grid_h}" fill="{shade}"/>{label}</g>'
         )
     # Row labels and separators: the envelopes lane, one row per reminder, the providers lane.
-    labels = ["envelopes", *(row.reminder_id for row in chart.rows), "provider evaluations"]
-    for index, text in enumerate(labels):
+    labels: list[tuple[str, str | None]] = [
+        ("envelopes", None),
+        *((row.label, row.reminder_id) for row in chart.rows),
+        ("provider evaluations", None),
+    ]
+    for index, (text, reminder_id) in enumerate(labels):
         y = lay.row_y(index)
-        lane = index == 0 or index == len(labels) - 1
-        style = 'font-family="monospace" fill="#222222"'
-        if lane:
+        style = 'fill="#222222" class="row-label"'
+        if reminder_id is None:
             style = 'font-style="italic" fill="#666666"'
         body.append(
-            f'<text x="{PAD}" y="{y + 16}" font-size="12" {style}>{_label(text)}</text>'
+            f'<text x="{PAD}" y="{y + 16}" font-size="12" {style}>'
+            f"{_label(text, reminder_id)}</text>"
             f'<line x1="{PAD}" y1="{y + ROW_H}" x2="{lay.grid_x + lay.grid_w}" '
             f'y2="{y + ROW_H}" stroke="#dddddd" stroke-width="1"/>'
         )
@@ -356,8 +375,13 @@ def chart_svg(chart: Chart, session_id: str, *, inline: bool = False) -> str:
     height = legend_top + legend_h + PAD
     bars = len(chart.bars)
     namespace = "" if inline else f' xmlns="{SVG_NS}"'
+    # Fill the page's width (the height follows the view box); a drawing wider than PAGE_W
+    # (many turns) never shrinks below its own size: the page scrolls it instead.
+    size = 'width="100%"'
+    if lay.width > PAGE_W:
+        size += f' style="min-width:{lay.width}px"'
     head = (
-        f'<svg{namespace} class="reminder-chart" width="{lay.width}" height="{height}" '
+        f'<svg{namespace} class="reminder-chart" {size} '
         f'viewBox="0 0 {lay.width} {height}" font-family="sans-serif" '
         f'aria-labelledby="chart-title chart-desc">'
         f'<title id="chart-title">Reminders of session {_e(session_id)}, turn by turn</title>'

@@ -338,6 +338,9 @@ MEASURE = """<script>
 const box = (el) => { const r = el.getBoundingClientRect();
   return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
 const out = {
+  svg: box(document.querySelector("svg.reminder-chart")), page: document.body.clientWidth,
+  labels: [...document.querySelectorAll("svg text.row-label")].map((t) =>
+    ({id: t.querySelector("title").textContent, shown: t.textContent, ...box(t)})),
   cols: [...document.querySelectorAll("svg g.col")].map((g) =>
     ({turn: g.dataset.turn, ...box(g.querySelector("rect"))})),
   rows: [...document.querySelectorAll("svg g.row")].map((g) => ({id: g.dataset.reminder})),
@@ -464,3 +467,38 @@ def test_the_html_chart_draws_each_bar_where_the_replay_puts_it(tmp_path: Path) 
         if all(abs(pixels[i + k] - fill[k]) <= 6 for k in range(3))
     )
     assert painted > 2000, painted  # the four contract bars, 14 px high, hundreds wide
+
+
+@needs_chromium
+def test_the_html_chart_uses_the_page_width_and_names_each_row_by_what_it_says(
+    tmp_path: Path,
+) -> None:
+    golden = GOLDEN_DIR / "compaction_and_handoff.events.jsonl"
+    page = tmp_path / "audit.html"
+    result = reminders(
+        "replay", "golden-3", "--from", str(golden), "--format", "html", "-o", str(page)
+    )
+    assert result.returncode == 0, result.stderr
+    expected = chart(replay(rows_from_file(golden)).events)
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"), encoding="utf-8"
+    )
+    for window in (1400, 1900):
+        measured = chromium(tmp_path, f"--window-size={window},900", "--dump-dom", probe.as_uri())
+        assert measured.returncode == 0, measured.stderr[-2000:]
+        found = re.search(r'<pre id="measured">(.*?)</pre>', measured.stdout, re.S)
+        assert found, measured.stdout[-2000:]
+        boxes = json.loads(html.unescape(found.group(1)))
+        svg_w = boxes["svg"]["right"] - boxes["svg"]["left"]
+        # The chart spans the page's content width, and its turns most of the chart.
+        assert svg_w >= 0.98 * boxes["page"], (window, svg_w, boxes["page"])
+        turns_w = boxes["cols"][-1]["right"] - boxes["cols"][0]["left"]
+        assert turns_w > 0.6 * svg_w, (window, turns_w, svg_w)
+        # Each row is named by what its reminder says; its id is only the hover title.
+        assert [
+            (label["id"], label["shown"].removeprefix(label["id"])) for label in boxes["labels"]
+        ] == [(row.reminder_id, row.label) for row in expected.rows]
+        assert "Never push to main." in [row.label for row in expected.rows]
+        for label in boxes["labels"]:
+            assert label["right"] <= boxes["cols"][0]["left"]  # never under the bars

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 
 from contracts import events as ev
-from replay.chart import MARKER_KINDS, Chart, chart
+from replay.chart import LABEL_WORDS, MARKER_KINDS, Chart, chart, row_label
 from replay.engine import ReplayResult, replay
 from replay.report import html_report
 from replay.source import rows_from_file
-from replay.svg import AUTHORITY_COLOURS, ROW_H, chart_svg, layout
+from replay.svg import AUTHORITY_COLOURS, LABEL_CHARS, MIN_COL_W, PAGE_W, ROW_H, chart_svg, layout
 from tests.golden.regen import GOLDEN_DIR
 from tests.support import Driver
 from tests.unit.test_properties import SEQUENCE_SETTINGS, Script, run, scripts, show
@@ -351,6 +351,73 @@ def test_the_legend_names_every_authority_and_marker_kind() -> None:
         assert phrase in words
     for phrase in ("inherited", "dropped", "handed off", "provider evaluated", "still live"):
         assert phrase in words
+
+
+def test_a_row_label_is_the_tags_or_key_then_the_first_words_of_the_body() -> None:
+    body = "one  two three\nfour five six seven eight nine ten"
+    assert row_label(["ci", "build"], "key", body) == (
+        "ci, build · one two three four five six seven eight…"
+    )
+    assert (
+        row_label([], "token_pressure", "  Context at 95 %. ")
+        == "token_pressure · Context at 95 %."
+    )
+    assert row_label([], None, "Never push to main.") == "Never push to main."
+    assert len(row_label([], None, body).split()) == LABEL_WORDS
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
+def test_each_row_is_labelled_by_what_its_reminder_says_with_its_id_on_hover(path: Path) -> None:
+    result = replayed(path)
+    drawn = chart(result.events)
+    for row in drawn.rows:
+        first = next(
+            e.payload
+            for e in result.events
+            if (isinstance(e.payload, ev.Injected) and e.payload.reminder_id == row.reminder_id)
+            or (isinstance(e.payload, ev.Queued) and e.payload.reminder.id == row.reminder_id)
+        )
+        spec = first.reminder
+        words = spec.body.split()
+        assert row.label.endswith(" ".join(words[:LABEL_WORDS]) + ("…" if len(words) > 8 else ""))
+        key = ", ".join(spec.tags) or spec.dedupe_key
+        assert row.label.startswith(f"{key} · ") if key else row.label.startswith(words[0])
+    root = svg_tree(drawn, session_of(result))
+    labels = [t for t in root.iter(f"{{{NS['svg']}}}text") if t.get("class") == "row-label"]
+    assert len(labels) == len(drawn.rows)
+    for text, row in zip(labels, drawn.rows, strict=True):
+        shown = "".join(text.itertext()).removeprefix(title_of(text))
+        assert title_of(text) == row.reminder_id  # the id on hover, not as the label
+        cut = row.label if len(row.label) <= LABEL_CHARS else row.label[: LABEL_CHARS - 1]
+        assert shown.rstrip("…") == cut.rstrip()
+
+
+def _long_session(turns: int) -> Chart:
+    driver = Driver("long")
+    for turn in range(turns):
+        driver.inject(f"Turn {turn}: the build failed again, read the log", ttl_turns=2)
+        driver.ok("render", turn=turn)
+        driver.ok("end_turn", turn=turn)
+    return chart(replay(rows_of(list(driver.log))).events)
+
+
+@pytest.mark.parametrize("turns", [1, 4, 12, 40, 80])
+def test_the_chart_fills_the_page_width_and_scrolls_only_past_it(turns: int) -> None:
+    drawn = _long_session(turns)
+    lay = layout(drawn)
+    root = svg_tree(drawn)
+    assert root.get("width") == "100%" and root.get("height") is None
+    view_w = int((root.get("viewBox") or "").split()[2])
+    assert view_w == lay.width
+    grid_right = lay.grid_x + lay.grid_w
+    if lay.col_w > MIN_COL_W:
+        # The turns share all the width the labels leave: nothing is left over but rounding.
+        assert lay.width == PAGE_W and PAGE_W - grid_right - 30 < len(drawn.turns)
+        assert root.get("style") is None
+        assert lay.grid_w > PAGE_W * 2 / 3  # the turns, not the labels, take the page
+    else:
+        assert lay.width == grid_right + 23 > PAGE_W
+        assert root.get("style") == f"min-width:{lay.width}px"
 
 
 def test_an_empty_log_draws_an_empty_chart() -> None:
