@@ -5,9 +5,10 @@ and are recorded in the events. The gateway, the projector and the replay tool a
 package, so live projection and audit replay cannot disagree. It imports only `contracts`.
 """
 
+from core.batch import Decision
 from core.canonical import canonical_json, chain_link, session_token, sha256_hex
 from core.config import CommandContext, CoreConfig
-from core.decide import Decision, decide, handle
+from core.decide import decide, handle
 from core.fold import fold, fold_all
 
 __all__ = [

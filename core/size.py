@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from contracts.errors import ErrorCode, ReminderError
 from contracts.spec import MAX_WIRE_INT, ResolvedSpec
 from contracts.state import FULL_ENVELOPE_TEXT_BYTES, RECENT_REPLIES_BYTES, RECENT_REPLIES_KEPT
 from core.config import CoreConfig
@@ -178,6 +179,18 @@ def replies_always_fit(config: CoreConfig) -> bool:
     """Whether every reply `config` allows fits its `max_payload_bytes`: then `decide` need
     not measure replies (a render's inline text included) one by one."""
     return worst_case(config).reply <= config.max_payload_bytes
+
+
+def fits(what: str, size: int, limit: int) -> None:
+    """The last line of the size invariant (SPEC §4.1.1): never emit what cannot be stored.
+
+    Raises `too_large` when `size` bytes of `what` exceed `limit`."""
+    if size > limit:
+        raise ReminderError(
+            ErrorCode.TOO_LARGE,
+            f"the {what} would be {size} bytes; the server's max_payload is {limit}",
+            {"limit": limit, "size": size},
+        )
 
 
 def check_fits(config: CoreConfig, max_payload: int) -> str | None:
