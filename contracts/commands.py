@@ -331,6 +331,66 @@ def _prepare_inject(
     return {**body, "reminder": spec, "mode": normalize_mode(body.get("mode"))}, warnings
 
 
+_SOURCES: frozenset[str] = frozenset(Source.__args__)  # type: ignore[attr-defined]
+
+
+def _trimmed_selector(body: dict[str, Any], fields: dict[str, Any], what: str) -> dict[str, str]:
+    """The selector object of `body`, trimmed, empty values dropped; HARN-RMD-001 for a
+    missing or empty one, an unknown key or a non-string value (SPEC §4.3, §12.2)."""
+    selector = body.get("selector")
+    if not isinstance(selector, dict):
+        raise ReminderError(
+            ErrorCode.INVALID_OPTION, f"{what} needs a selector object", {"field": "selector"}
+        )
+    unknown = sorted(str(key) for key in selector if key not in fields)
+    if unknown:
+        raise ReminderError(
+            ErrorCode.INVALID_OPTION,
+            f"unknown option(s): {', '.join(unknown)}",
+            {"unknown": unknown},
+        )
+    trimmed: dict[str, str] = {}
+    for key, value in selector.items():
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ReminderError(
+                ErrorCode.INVALID_OPTION,
+                f"invalid selector.{key}: must be a string",
+                {"field": f"selector.{key}"},
+            )
+        if value.strip():
+            trimmed[key] = value.strip()
+    if not trimmed:
+        names = ", ".join(fields)
+        raise ReminderError(ErrorCode.INVALID_OPTION, f"{what} needs a selector: {names}")
+    return trimmed
+
+
+def _prepare_mute(body: dict[str, Any]) -> dict[str, Any]:
+    selector = _trimmed_selector(body, dict(MuteSelector.model_fields), "mute")
+    source = selector.get("source")
+    if source is not None and source not in _SOURCES:
+        raise ReminderError(
+            ErrorCode.INVALID_OPTION,
+            f"invalid selector.source: must be one of {', '.join(sorted(_SOURCES))}",
+            {"field": "selector.source"},
+        )
+    return {**body, "selector": MuteSelector.model_validate(selector)}
+
+
+def _check_sanitize_size(body: dict[str, Any]) -> None:
+    text = body.get("text")
+    if isinstance(text, str) and len(text) > MAX_SANITIZE_TEXT_BYTES // 4:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_SANITIZE_TEXT_BYTES:
+            raise ReminderError(
+                ErrorCode.TOO_LARGE,
+                f"text is {size} bytes; the bound is {MAX_SANITIZE_TEXT_BYTES}",
+                {"field": "text", "limit": MAX_SANITIZE_TEXT_BYTES},
+            )
+
+
 def _prepare_clear(body: dict[str, Any]) -> dict[str, Any]:
     selector = _trimmed_selector(body, dict(ClearSelector.model_fields), "clear")
     return {**body, "selector": selector}

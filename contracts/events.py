@@ -6,12 +6,13 @@ lifecycle records so existing tooling reads them as they are.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     model_validator,
 )
 
@@ -38,7 +39,6 @@ EventKind = Literal[
     "withheld",
     "muted",
     "unmuted",
-    "acknowledged",
     "forged_directive_neutralized",
 ]
 
@@ -286,15 +286,15 @@ class MuteSelector(Payload):
     source: Source | None = Field(
         default=None, exclude_if=lambda value: value is None, description="Reminder source."
     )
-    tag: str | None = Field(
+    tag: Annotated[str, StringConstraints(max_length=128)] | None = Field(
         default=None, exclude_if=lambda value: value is None, description="One of its tags."
     )
-    provider_id: str | None = Field(
+    provider_id: Annotated[str, StringConstraints(max_length=128)] | None = Field(
         default=None,
         exclude_if=lambda value: value is None,
         description="The provider that injected it; the provider is also not evaluated.",
     )
-    dedupe_key: str | None = Field(
+    dedupe_key: Annotated[str, StringConstraints(max_length=256)] | None = Field(
         default=None, exclude_if=lambda value: value is None, description="Its dedupe key."
     )
 
@@ -311,16 +311,6 @@ class Unmuted(Payload):
     """A mute ended on `unmute` (a mute past its `until_turn` ends with the post-turn)."""
 
     mute_id: str = Field(description="The mute that ended.")
-
-
-class Acknowledged(Payload):
-    """The host, the model or an operator said what a reminder did (SPEC §12.3)."""
-
-    reminder_id: str = Field(description="The reminder.")
-    turn_number: int = Field(description="The turn of the acknowledgement.")
-    outcome: Literal["acted", "ignored", "dismissed"] = Field(description="What it did.")
-    by: Literal["host", "model", "operator"] = Field(description="Who said so.")
-    note: str | None = Field(description="A short note (≤ 256 chars), redacted like bodies.")
 
 
 class ForgedDirectiveNeutralized(Payload):
@@ -349,7 +339,6 @@ AnyPayload = (
     | Withheld
     | Muted
     | Unmuted
-    | Acknowledged
     | ForgedDirectiveNeutralized
 )
 
@@ -372,7 +361,6 @@ KIND_OF: dict[type[Payload], EventKind] = {
     Withheld: "withheld",
     Muted: "muted",
     Unmuted: "unmuted",
-    Acknowledged: "acknowledged",
     ForgedDirectiveNeutralized: "forged_directive_neutralized",
 }
 PAYLOADS: dict[str, type[Payload]] = {kind: model for model, kind in KIND_OF.items()}

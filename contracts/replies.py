@@ -10,7 +10,7 @@ from contracts.errors import ErrorBody, WarningBody
 from contracts.events import RenderSummary
 
 #: Optional keys left out of the wire form when unset ("plus warnings when any").
-_OMIT_WHEN_NONE = frozenset({"warnings", "inline", "summary", "dropped"})
+_OMIT_WHEN_NONE = frozenset({"warnings", "inline", "summary", "dropped", "text"})
 
 
 class Reply(BaseModel):
@@ -131,8 +131,12 @@ class UnmuteReply(Reply):
 class SanitizeReply(Reply):
     """Reply to sanitize (SPEC §12.5). The log records it without `text`."""
 
-    text: str = Field(description="The input with every directive-shaped tag escaped.")
     neutralized: int = Field(description="How many tags were escaped.")
+    text: str | None = Field(
+        default=None,
+        description="The input with every directive-shaped tag escaped; on the wire always, "
+        "in the log never (added to the reply after it is recorded).",
+    )
 
 
 class EndTurnReply(Reply):

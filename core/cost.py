@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from contracts.events import MuteSelector, RenderSummary
+from contracts.events import RenderSummary
 from contracts.state import ActiveMute, PendingRow
 from core import render as rn
-from core.rules import renderable
+from core.rules import mute_matches, renderable
 
 #: The estimator every new render records (SPEC §12.1): UTF-8 bytes divided by 4, rounded up.
 DEFAULT_ESTIMATOR = "utf8_bytes/4"
@@ -42,19 +42,6 @@ def directive_tokens(body: str) -> int:
 
 
 # --- mutes (§12.2) -------------------------------------------------------------------------
-
-
-def mute_matches(selector: MuteSelector, row: PendingRow) -> bool:
-    """Whether a live reminder is held back by a mute: every field the selector gives must
-    match (a tag matches when any tag equals it; `provider_id` is the provider that injected
-    the reminder)."""
-    spec = row.spec
-    return (
-        (selector.source is None or spec.source == selector.source)
-        and (selector.tag is None or selector.tag in spec.tags)
-        and (selector.provider_id is None or row.provider_id == selector.provider_id)
-        and (selector.dedupe_key is None or spec.dedupe_key == selector.dedupe_key)
-    )
 
 
 def muted(mutes: Sequence[ActiveMute], row: PendingRow) -> bool:

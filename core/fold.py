@@ -15,10 +15,10 @@ from pydantic import BaseModel
 from contracts import events as ev
 from contracts.state import (
     FULL_ENVELOPE_TEXT_BYTES,
-    ActiveMute,
     FULL_ENVELOPES_KEPT,
     RECENT_REPLIES_BYTES,
     RECENT_REPLIES_KEPT,
+    ActiveMute,
     DegradedMark,
     DeliveredDigest,
     DeliveredEnvelope,

@@ -25,9 +25,7 @@ def _any_case(name: str) -> str:
 #: One tag: `<`, optional `/`, a name ending at whitespace, `/` or `>`, then anything up to
 #: the closing `>` that is not another bracket.
 FORGED_TAG = re.compile(
-    r"<(\s*/?\s*(?:"
-    + "|".join(_any_case(name) for name in TAG_NAMES)
-    + r")(?=[\s/>])[^<>]*)>"
+    r"<(\s*/?\s*(?:" + "|".join(_any_case(name) for name in TAG_NAMES) + r")(?=[\s/>])[^<>]*)>"
 )
 
 
