@@ -1,6 +1,7 @@
 """`reminders mcp`: the ledger as an MCP server on stdio, for any MCP host.
 
-Tools: `inject_reminder`, `clear_reminders`, `revoke_reminder` (commands, SPEC §4) and
+Tools: `inject_reminder`, `clear_reminders`, `revoke_reminder` (commands, SPEC §4),
+`mute_reminders`, `unmute_reminders`, `sanitize_tool_output` (cost and control, §12) and
 `session_state`, `pending_injections` (queries, §4.10). An ok reply comes back as the tool's
 structured content (and as JSON text); an `ok: false` reply is a tool error (`isError: true`)
 whose text starts with the SPEC §2.2 code, e.g. `HARN-RMD-001: unknown option(s): colour`,
@@ -118,6 +119,43 @@ def build_server(ledger: ReminderClient) -> FastMCP:
         return await ask(
             "revoke",
             _given(session_id=session_id, reminder_id=reminder_id, request_id=request_id),
+        )
+
+    @server.tool()
+    async def mute_reminders(
+        session_id: str,
+        source: str | None = None,
+        tag: str | None = None,
+        provider_id: str | None = None,
+        dedupe_key: str | None = None,
+        until_turn: int | None = None,
+        request_id: str | None = None,
+    ) -> CallToolResult:
+        """Hold back the live reminders of a session matching every given selector (`mute`,
+        SPEC §12.2): they stay live but are not rendered; a muted provider_id injects
+        nothing. Ends after until_turn, or at unmute_reminders with the returned mute_id."""
+        selector = _given(source=source, tag=tag, provider_id=provider_id, dedupe_key=dedupe_key)
+        payload = _given(session_id=session_id, until_turn=until_turn, request_id=request_id)
+        return await ask("mute", {**payload, "selector": selector})
+
+    @server.tool()
+    async def unmute_reminders(
+        session_id: str, mute_id: str, request_id: str | None = None
+    ) -> CallToolResult:
+        """End a mute (`unmute`); an unknown or ended mute_id is unknown_mute_id."""
+        return await ask(
+            "unmute", _given(session_id=session_id, mute_id=mute_id, request_id=request_id)
+        )
+
+    @server.tool()
+    async def sanitize_tool_output(
+        session_id: str, text: str, turn: int, tool_name: str | None = None
+    ) -> CallToolResult:
+        """Escape every tag shaped like a reminder envelope (context-directives, directive,
+        system-reminder) in a tool's output before the model reads it (`sanitize`, SPEC
+        §12.5): returns the text and how many tags were neutralized."""
+        return await ask(
+            "sanitize", _given(session_id=session_id, text=text, turn=turn, tool_name=tool_name)
         )
 
     @server.tool()

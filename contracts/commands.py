@@ -7,12 +7,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.errors import ErrorCode, ReminderError, WarningBody
-from contracts.events import EvaluationReason
+from contracts.events import EvaluationReason, MuteSelector
 from contracts.spec import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_WIRE_INT,
     DeliveryMode,
     ReminderSpec,
+    Source,
     error_from_validation,
     has_control_chars,
     is_utf8_encodable,
@@ -62,6 +63,9 @@ SEAM_ALIASES: dict[str, Seam] = {
     "daemon_idle_post": "daemon_idle_post",
     "loop_exit": "loop_exit",
 }
+
+#: Bound on the `text` of a `sanitize` in UTF-8 bytes (SPEC §12.5).
+MAX_SANITIZE_TEXT_BYTES = 256 * 1024
 
 #: Default bound on `user_text` of a render in UTF-8 bytes (SPEC §4.1.1): it is never
 #: stored, but it is copied into the reply (configurable through the core config).
@@ -137,6 +141,10 @@ class Render(Command):
     user_text: Annotated[str, AfterValidator(_check_text)] | None = Field(
         default=None, description="When set, the reply also holds the inline placement (§5.5)."
     )
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_WIRE_INT)] | None = Field(
+        default=None,
+        description="Token budget of the envelope (§12.1); null uses the session default.",
+    )
 
 
 class EndTurn(Command):
@@ -177,6 +185,34 @@ class Inherit(Command):
     handoff_event_id: Identifier = Field(description="The `handed_off` event applied.")
     sub_agent_id: Identifier = Field(description="The sub-agent receiving the reminders.")
     reminders: list[ReminderSpec] = Field(description="The specs exactly as handed off.")
+
+
+class Mute(Command):
+    """Hold back matching reminders (and a named provider) in one session (SPEC §12.2)."""
+
+    op: ClassVar[str] = "mute"
+    selector: MuteSelector = Field(description="Trimmed; empty values ignored; one at least.")
+    until_turn: Turn | None = Field(
+        default=None, description="The mute ends at this turn's post-turn; null = until unmute."
+    )
+
+
+class Unmute(Command):
+    """End an active mute (SPEC §12.2)."""
+
+    op: ClassVar[str] = "unmute"
+    mute_id: Identifier = Field(description="The mute to end.")
+
+
+class Sanitize(Command):
+    """Escape directive-shaped tags in a tool result before the model sees it (SPEC §12.5)."""
+
+    op: ClassVar[str] = "sanitize"
+    text: Annotated[str, AfterValidator(_check_text)] = Field(
+        description="The tool output, at most 256 KiB of UTF-8; never stored."
+    )
+    turn: Turn = Field(description="The host's current turn.")
+    tool_name: Identifier | None = Field(default=None, description="The tool it came from.")
 
 
 class Forget(Command):
@@ -269,6 +305,9 @@ DECIDED_COMMANDS: tuple[type[Command], ...] = (
     Handoff,
     Inherit,
     Evaluate,
+    Mute,
+    Unmute,
+    Sanitize,
 )
 _ALL_COMMANDS: tuple[type[Command], ...] = (
     *DECIDED_COMMANDS,
@@ -292,13 +331,18 @@ def _prepare_inject(
     return {**body, "reminder": spec, "mode": normalize_mode(body.get("mode"))}, warnings
 
 
-def _prepare_clear(body: dict[str, Any]) -> dict[str, Any]:
+_SOURCES: frozenset[str] = frozenset(Source.__args__)  # type: ignore[attr-defined]
+
+
+def _trimmed_selector(body: dict[str, Any], fields: dict[str, Any], what: str) -> dict[str, str]:
+    """The selector object of `body`, trimmed, empty values dropped; HARN-RMD-001 for a
+    missing or empty one, an unknown key or a non-string value (SPEC §4.3, §12.2)."""
     selector = body.get("selector")
     if not isinstance(selector, dict):
         raise ReminderError(
-            ErrorCode.INVALID_OPTION, "clear needs a selector object", {"field": "selector"}
+            ErrorCode.INVALID_OPTION, f"{what} needs a selector object", {"field": "selector"}
         )
-    unknown = sorted(str(key) for key in selector if key not in ClearSelector.model_fields)
+    unknown = sorted(str(key) for key in selector if key not in fields)
     if unknown:
         raise ReminderError(
             ErrorCode.INVALID_OPTION,
@@ -318,10 +362,38 @@ def _prepare_clear(body: dict[str, Any]) -> dict[str, Any]:
         if value.strip():
             trimmed[key] = value.strip()
     if not trimmed:
+        names = ", ".join(fields)
+        raise ReminderError(ErrorCode.INVALID_OPTION, f"{what} needs a selector: {names}")
+    return trimmed
+
+
+def _prepare_mute(body: dict[str, Any]) -> dict[str, Any]:
+    selector = _trimmed_selector(body, dict(MuteSelector.model_fields), "mute")
+    source = selector.get("source")
+    if source is not None and source not in _SOURCES:
         raise ReminderError(
-            ErrorCode.INVALID_OPTION, "clear needs a selector: id, tag or dedupe_key"
+            ErrorCode.INVALID_OPTION,
+            f"invalid selector.source: must be one of {', '.join(sorted(_SOURCES))}",
+            {"field": "selector.source"},
         )
-    return {**body, "selector": trimmed}
+    return {**body, "selector": MuteSelector.model_validate(selector)}
+
+
+def _check_sanitize_size(body: dict[str, Any]) -> None:
+    text = body.get("text")
+    if isinstance(text, str) and len(text) > MAX_SANITIZE_TEXT_BYTES // 4:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_SANITIZE_TEXT_BYTES:
+            raise ReminderError(
+                ErrorCode.TOO_LARGE,
+                f"text is {size} bytes; the bound is {MAX_SANITIZE_TEXT_BYTES}",
+                {"field": "text", "limit": MAX_SANITIZE_TEXT_BYTES},
+            )
+
+
+def _prepare_clear(body: dict[str, Any]) -> dict[str, Any]:
+    selector = _trimmed_selector(body, dict(ClearSelector.model_fields), "clear")
+    return {**body, "selector": selector}
 
 
 def _prepare_inherit(body: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
@@ -356,6 +428,10 @@ def parse_command(
         body = _prepare_clear(body)
     elif cls is Inherit:
         body = _prepare_inherit(body, max_body_bytes)
+    elif cls is Mute:
+        body = _prepare_mute(body)
+    elif cls is Sanitize:
+        _check_sanitize_size(body)
     elif cls is Checkpoint and isinstance(body.get("seam"), str):
         seam = SEAM_ALIASES.get(body["seam"])
         if seam is None:
@@ -375,6 +451,14 @@ def parse_command(
         command = cls.model_validate(body)
     except ValidationError as exc:
         raise error_from_validation(
-            exc, field_codes={}, default=ErrorCode.INVALID_REQUEST
+            exc, field_codes=_FIELD_CODES, default=ErrorCode.INVALID_REQUEST
         ) from None
     return command, warnings
+
+
+#: Fields whose invalid value is an invalid option (HARN-RMD-001) rather than a malformed
+#: request: the render budget and the mute's end turn.
+_FIELD_CODES: dict[str, ErrorCode] = {
+    "max_tokens": ErrorCode.INVALID_OPTION,
+    "until_turn": ErrorCode.INVALID_OPTION,
+}

@@ -21,6 +21,7 @@ class ErrorCode(StrEnum):
     CONFLICT = "conflict"
     ALREADY_DELIVERED = "already_delivered"
     UNKNOWN_REMINDER_ID = "unknown_reminder_id"
+    UNKNOWN_MUTE_ID = "unknown_mute_id"
     STALE_TURN = "stale_turn"
     INVALID_REQUEST = "invalid_request"
     UNAVAILABLE = "unavailable"

@@ -6,12 +6,13 @@ lifecycle records so existing tooling reads them as they are.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     model_validator,
 )
 
@@ -35,6 +36,10 @@ EventKind = Literal[
     "handed_off",
     "inherited",
     "provider_evaluated",
+    "withheld",
+    "muted",
+    "unmuted",
+    "forged_directive_neutralized",
 ]
 
 
@@ -120,6 +125,27 @@ class Fired(Payload):
     body: str = Field(description="Its body, unescaped.")
 
 
+class RenderSummary(Payload):
+    """What one render cost and what it held back (SPEC §12.1).
+
+    The same object is the render reply's top-level `summary`; `by_authority` and
+    `by_source` list only non-zero counts.
+    """
+
+    directives: int = Field(description="Directives in the envelope.")
+    by_authority: dict[str, int] = Field(description="Directives per authority (non-zero).")
+    by_source: dict[str, int] = Field(description="Directives per source (non-zero).")
+    bytes: int = Field(description="UTF-8 bytes of the whole envelope text (0 when none).")
+    est_tokens: int = Field(description="Estimated tokens of the whole envelope text.")
+    estimator: str = Field(description="The named estimator, e.g. `utf8_bytes/4`.")
+    budget_tokens: int | None = Field(description="The token budget applied, or null.")
+    shed_ids: list[str] = Field(description="Eligible reminders shed to fit the budget.")
+    muted_ids: list[str] = Field(description="Eligible reminders held back by a mute.")
+    not_yet_ids: list[str] = Field(description="Reminders whose `not_before` is still ahead.")
+    dropped_ids: list[str] = Field(description="Reminders dropped at this render (§5.4).")
+    over_budget: bool = Field(description="Contract directives alone exceed the budget.")
+
+
 class Delivered(Payload):
     """An envelope was committed to the transcript."""
 
@@ -131,6 +157,12 @@ class Delivered(Payload):
     directive_ids: list[str] = Field(description="Reminder ids, in rendered order.")
     text: str = Field(description="The exact envelope text.")
     text_sha256: str = Field(description="SHA-256 hex of the UTF-8 text.")
+    summary: RenderSummary | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="What the render cost and held back (§12.1); absent only in logs "
+        "written before the summary existed, which keep their bytes.",
+    )
 
 
 class PostTurn(Payload):
@@ -147,10 +179,14 @@ class Expired(Payload):
     """A live reminder left the session."""
 
     reminder_id: str = Field(description="The reminder.")
-    reason: Literal["ttl", "compaction", "cleared"] = Field(description="Why.")
+    reason: Literal["ttl", "compaction", "cleared", "deadline", "dismissed"] = Field(
+        description="Why."
+    )
     ttl_turns_before: int | None = Field(description="Its TTL remaining before.")
     expired_at_turn: int = Field(description="The turn of the boundary.")
-    expired_at_boundary: Literal["post_turn", "pre_compact", "clear"] = Field(
+    expired_at_boundary: Literal[
+        "post_turn", "pre_compact", "clear", "deadline", "acknowledge"
+    ] = Field(
         description="Which boundary removed it."
     )
 
@@ -204,6 +240,7 @@ EvaluationReason = Literal[
     "malformed_spec",
     "provider_error",
     "budget_exceeded",
+    "muted",
 ]
 
 
@@ -235,6 +272,56 @@ class ProviderEvaluated(Payload):
     )
 
 
+class Withheld(Payload):
+    """A render delivered nothing while eligible reminders were shed, muted or not yet due."""
+
+    turn_number: int = Field(description="The render's turn.")
+    summary: RenderSummary = Field(description="What was held back and why (§12.1).")
+
+
+class MuteSelector(Payload):
+    """Which reminders a mute holds back; only the fields given are stored, and every one
+    given must match (a tag matches when any tag equals it)."""
+
+    source: Source | None = Field(
+        default=None, exclude_if=lambda value: value is None, description="Reminder source."
+    )
+    tag: Annotated[str, StringConstraints(max_length=128)] | None = Field(
+        default=None, exclude_if=lambda value: value is None, description="One of its tags."
+    )
+    provider_id: Annotated[str, StringConstraints(max_length=128)] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The provider that injected it; the provider is also not evaluated.",
+    )
+    dedupe_key: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None, exclude_if=lambda value: value is None, description="Its dedupe key."
+    )
+
+
+class Muted(Payload):
+    """A mute began in the session (SPEC §12.2)."""
+
+    mute_id: str = Field(description="The mute's id, derived from the command.")
+    selector: MuteSelector = Field(description="What it holds back (given fields only).")
+    until_turn: int | None = Field(description="Ends at this turn's post-turn; null = unmute.")
+
+
+class Unmuted(Payload):
+    """A mute ended on `unmute` (a mute past its `until_turn` ends with the post-turn)."""
+
+    mute_id: str = Field(description="The mute that ended.")
+
+
+class ForgedDirectiveNeutralized(Payload):
+    """Directive-shaped tags in a tool result were escaped (SPEC §12.5); never the text."""
+
+    turn_number: int = Field(description="The turn of the sanitize.")
+    tool_name: str | None = Field(description="The tool whose output it was, if given.")
+    count: int = Field(description="Tags neutralised.")
+    input_sha256: str = Field(description="SHA-256 hex of the UTF-8 input text.")
+
+
 AnyPayload = (
     Queued
     | Injected
@@ -249,6 +336,10 @@ AnyPayload = (
     | HandedOff
     | Inherited
     | ProviderEvaluated
+    | Withheld
+    | Muted
+    | Unmuted
+    | ForgedDirectiveNeutralized
 )
 
 
@@ -267,6 +358,10 @@ KIND_OF: dict[type[Payload], EventKind] = {
     HandedOff: "handed_off",
     Inherited: "inherited",
     ProviderEvaluated: "provider_evaluated",
+    Withheld: "withheld",
+    Muted: "muted",
+    Unmuted: "unmuted",
+    ForgedDirectiveNeutralized: "forged_directive_neutralized",
 }
 PAYLOADS: dict[str, type[Payload]] = {kind: model for model, kind in KIND_OF.items()}
 

@@ -7,9 +7,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.errors import ErrorBody, WarningBody
+from contracts.events import RenderSummary
 
 #: Optional keys left out of the wire form when unset ("plus warnings when any").
-_OMIT_WHEN_NONE = frozenset({"warnings", "inline"})
+_OMIT_WHEN_NONE = frozenset({"warnings", "inline", "summary", "dropped", "text"})
 
 
 class Reply(BaseModel):
@@ -89,12 +90,52 @@ class InlinePlacement(BaseModel):
     )
 
 
+class DroppedDirective(BaseModel):
+    """A reminder a render dropped instead of rendering it (SPEC §5.4)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reminder_id: str = Field(description="The reminder that left the session.")
+    code: str = Field(description="Why, e.g. `spoofed_tag`.")
+
+
 class RenderReply(Reply):
     """Reply to render."""
 
     envelope: Envelope | None = Field(description="Null when nothing is left to render.")
     inline: InlinePlacement | None = Field(
         default=None, description="Only when the render carried user_text and an envelope."
+    )
+    summary: RenderSummary | None = Field(
+        default=None,
+        description="What the render cost and held back (§12.1); on every render reply "
+        "(absent only in replies recorded before it existed).",
+    )
+    dropped: list[DroppedDirective] | None = Field(
+        default=None, description="Reminders dropped by this render (§5.4); absent when none."
+    )
+
+
+class MuteReply(Reply):
+    """Reply to mute."""
+
+    mute_id: str = Field(description="The new mute's id, for `unmute`.")
+
+
+class UnmuteReply(Reply):
+    """Reply to unmute."""
+
+    mute_id: str = Field(description="The mute that ended.")
+
+
+class SanitizeReply(Reply):
+    """Reply to sanitize (SPEC §12.5). The log records it without `text`."""
+
+    neutralized: int = Field(description="How many tags were escaped.")
+    text: str | None = Field(
+        default=None,
+        description="The input with every directive-shaped tag escaped; on the wire always, "
+        "in the log never (added to the reply after it is recorded).",
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.events import MuteSelector
 from contracts.spec import DeliveryMode, ResolvedSpec
 
 #: Envelopes kept in full in `delivered`; older ones keep only their digest (§6.2).
@@ -51,6 +52,20 @@ class PendingRow(StateModel):
     delivered: bool = Field(description="Already committed in an envelope since compaction.")
     delivered_at_turn: int | None = Field(description="Turn of that envelope.")
     audit_only: bool = Field(description="Recorded only, never rendered.")
+    provider_id: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The provider that injected it (from its `provider_evaluated`), for "
+        "`provider_id` mutes; absent for reminders no provider injected.",
+    )
+
+
+class ActiveMute(StateModel):
+    """A mute in force in the session (SPEC §12.2)."""
+
+    mute_id: str = Field(description="The mute's id.")
+    selector: MuteSelector = Field(description="What it holds back.")
+    until_turn: int | None = Field(description="Ends at this turn's post-turn; null = unmute.")
 
 
 class DeliveredEnvelope(StateModel):
@@ -143,4 +158,10 @@ class SessionState(StateModel):
         exclude_if=lambda value: value is None,
         description="Provider latches and per-turn budget, once a provider was evaluated in "
         "the session (absent before, so states without providers keep their bytes).",
+    )
+    mutes: list[ActiveMute] = Field(
+        default_factory=list,
+        exclude_if=lambda value: not value,
+        description="Mutes in force, oldest first (absent when none, so states without "
+        "mutes keep their bytes).",
     )

@@ -104,6 +104,7 @@ class Batch:
             replies=len(scratch.recent_replies),
             history_ids=len(scratch.seen_ids) + len(scratch.revoked_ids),
             inherited=len(scratch.inherited_from),
+            mutes=len(scratch.mutes),
         )
         return bound + remembered_bytes + _STATE_SLACK <= config.max_payload_bytes
 

@@ -53,6 +53,12 @@ class CoreConfig(BaseModel):
     default_format: Literal["context-directives", "system-reminder"] = Field(
         default="context-directives", description="Format when a render names none."
     )
+    render_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Token budget of a render that names none (§12.1); null = no budget.",
+    )
+    max_mutes: int = Field(default=32, ge=1, description="Active mutes per session (§12.2).")
 
 
 class CommandContext(BaseModel):

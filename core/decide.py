@@ -20,8 +20,9 @@ from core import render as rn
 from core import rules
 from core.batch import Batch, Decision
 from core.config import CommandContext, CoreConfig
-from core.deciders import envelope, evaluate, handoff, reminders, turns
+from core.deciders import control, envelope, evaluate, handoff, reminders, turns
 from core.deciders.common import reject
+from core.sanitize import neutralize
 from core.size import fits, json_bytes, replies_always_fit
 
 Decider = Callable[[Batch, Any, CoreConfig], Reply]
@@ -38,12 +39,17 @@ DECIDERS: dict[type[cmd.Command], Decider] = {
     cmd.Handoff: handoff.handoff,
     cmd.Inherit: handoff.inherit,
     cmd.Evaluate: evaluate.evaluate,
+    cmd.Mute: control.mute,
+    cmd.Unmute: control.unmute,
+    cmd.Sanitize: control.sanitize,
 }
 
 
-def with_inline(command: cmd.Command, reply: dict[str, Any]) -> dict[str, Any]:
-    """Add the inline placement (§5.5) to a render's reply; the log never stores it, so a
-    reply answered from the log gets it again here."""
+def with_unstored(command: cmd.Command, reply: dict[str, Any]) -> dict[str, Any]:
+    """Add to a reply what the log never stores, so a reply answered from the log gets it
+    again here: a render's inline placement (§5.5), a sanitize's text (§12.5)."""
+    if isinstance(command, cmd.Sanitize):
+        return {**reply, "text": neutralize(command.text)[0]} if reply.get("ok") else reply
     user_text = command.user_text if isinstance(command, cmd.Render) else None
     envelope = reply.get("envelope")
     if user_text is None or not isinstance(envelope, dict):
@@ -75,7 +81,7 @@ def _remembered(state: SessionState, command: cmd.Command, reply: dict[str, Any]
                 field="request_id",
             )
         )
-    return Decision(events=(), reply=with_inline(command, dict(rebuilt)))
+    return Decision(events=(), reply=with_unstored(command, dict(rebuilt)))
 
 
 def _error(exc: ReminderError) -> Decision:
@@ -118,7 +124,7 @@ def decide(
         reply = reply.model_copy(update={"warnings": list(warnings)})
     try:
         events, wire, encoded = batch.finish(reply, config)
-        answer = with_inline(command, wire)
+        answer = with_unstored(command, wire)
         if not replies_always_fit(config):
             fits("reply", json_bytes(answer), config.max_payload_bytes)
     except ReminderError as exc:

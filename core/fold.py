@@ -18,6 +18,7 @@ from contracts.state import (
     FULL_ENVELOPES_KEPT,
     RECENT_REPLIES_BYTES,
     RECENT_REPLIES_KEPT,
+    ActiveMute,
     DegradedMark,
     DeliveredDigest,
     DeliveredEnvelope,
@@ -94,6 +95,7 @@ class Scratch:
     degraded: DegradedMark | None
     chain_head: str
     providers: ProvidersState | None
+    mutes: list[ActiveMute]
     _seen: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
@@ -265,6 +267,13 @@ def _provider_evaluated(s: Scratch, p: ev.ProviderEvaluated, event: ev.Event) ->
             update={"fired_count": mark.fired_count + 1, "last_fired_turn": event.turn}
         )
         body = next((row.spec.body for row in s.pending if row.spec.id == p.reminder_id), "")
+        # The reminder remembers its provider, for `provider_id` mutes (SPEC §12.2).
+        s.pending = [
+            row.model_copy(update={"provider_id": p.provider_id})
+            if row.spec.id == p.reminder_id
+            else row
+            for row in s.pending
+        ]
         if budget_turn != event.turn:
             budget_turn, budget_bytes = event.turn, 0
         budget_bytes += len(body.encode("utf-8"))
@@ -277,6 +286,24 @@ def _provider_evaluated(s: Scratch, p: ev.ProviderEvaluated, event: ev.Event) ->
             "budget_bytes": budget_bytes,
         }
     )
+
+
+def _withheld(s: Scratch, p: ev.Withheld, _: ev.Event) -> None:
+    """A record of what a render held back; the reminders stay as they are."""
+
+
+def _muted(s: Scratch, p: ev.Muted, _: ev.Event) -> None:
+    s.mutes.append(ActiveMute(mute_id=p.mute_id, selector=p.selector, until_turn=p.until_turn))
+
+
+def _unmuted(s: Scratch, p: ev.Unmuted, _: ev.Event) -> None:
+    s.mutes = [mute for mute in s.mutes if mute.mute_id != p.mute_id]
+
+
+def _forged_directive_neutralized(
+    s: Scratch, p: ev.ForgedDirectiveNeutralized, _: ev.Event
+) -> None:
+    """A record of a sanitize that escaped tags; the text was never stored."""
 
 
 Handler = Callable[[Scratch, Any, ev.Event], None]
@@ -296,6 +323,10 @@ FOLD_HANDLERS: dict[str, Handler] = {
     "handed_off": _handed_off,
     "inherited": _inherited,
     "provider_evaluated": _provider_evaluated,
+    "withheld": _withheld,
+    "muted": _muted,
+    "unmuted": _unmuted,
+    "forged_directive_neutralized": _forged_directive_neutralized,
 }
 
 

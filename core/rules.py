@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts.commands import ClearSelector
+from contracts.events import MuteSelector
 from contracts.spec import DeliveryMode, ReminderSpec, ResolvedSpec
 from contracts.state import (
     DeliveredDigest,
@@ -356,3 +357,19 @@ def unchanged_durable(pending: Sequence[PendingRow], spec: ReminderSpec) -> bool
 def live_with_key(pending: Sequence[PendingRow], dedupe_key: str) -> list[PendingRow]:
     """Live reminders carrying `dedupe_key`, in injection order."""
     return [row for row in pending if row.spec.dedupe_key == dedupe_key]
+
+
+# --- mutes (§12.2) -----------------------------------------------------------------------
+
+
+def mute_matches(selector: MuteSelector, row: PendingRow) -> bool:
+    """Whether a live reminder is held back by a mute: every field the selector gives must
+    match (a tag matches when any tag equals it; `provider_id` is the provider that injected
+    the reminder)."""
+    spec = row.spec
+    return (
+        (selector.source is None or spec.source == selector.source)
+        and (selector.tag is None or selector.tag in spec.tags)
+        and (selector.provider_id is None or row.provider_id == selector.provider_id)
+        and (selector.dedupe_key is None or spec.dedupe_key == selector.dedupe_key)
+    )

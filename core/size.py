@@ -95,6 +95,11 @@ _ENVELOPE = 400 + 5 * _IDENT
 _REPLY_BASE = 1024
 #: Fixed state fields: session id, chain head, nonce, counters of every kind, degraded mark.
 _STATE_BASE = 2048 + _IDENT
+#: A render summary apart from its id lists (and a reply's `dropped` rows' keys).
+_SUMMARY = 1024
+#: An active mute in the state: its id, until_turn and a selector at its longest (a tag
+#: and a provider id of 128 characters, a dedupe key of 256, a source).
+_MUTE = 200 + _REMINDER_ID + (128 + 128 + 256) * ID_CHAR_BYTES
 #: A pending or queued row apart from its spec; a delivered row apart from text and ids.
 _ROW = 160
 
@@ -124,18 +129,25 @@ def worst_case(config: CoreConfig) -> WorstCase:
     envelope = config.max_envelope_bytes + 2
     # injected/queued: the spec and the fields copied from it, the drain's reply of ids.
     inject_event = _ENVELOPE + 2 * spec + _REPLY_BASE + ids
-    # delivered: the text in the payload and in the reply, with their directive ids.
+    # delivered: the text in the payload and in the reply, with their directive ids, and
+    # the summary in both (its id lists name distinct live reminders: at most `ids` bytes).
+    summary = _SUMMARY + ids
     delivered_event = (
-        _ENVELOPE + 2 * (envelope + ids) + stored_bytes(config.instructions) + 300 + _REPLY_BASE
+        _ENVELOPE
+        + 2 * (envelope + ids + summary)
+        + stored_bytes(config.instructions)
+        + 300
+        + _REPLY_BASE
     )
     event = max(inject_event, delivered_event)
     user_text = config.max_user_text_bytes * ESCAPED_CHAR_BYTES
-    render_reply = _REPLY_BASE + envelope + ids + (user_text + 4 + envelope)
+    render_reply = _REPLY_BASE + envelope + ids + summary + (user_text + 4 + envelope)
     reply = max(render_reply, _REPLY_BASE + ids)
     live = config.max_session_bytes + config.max_live * _ROW
     delivered = FULL_ENVELOPE_TEXT_BYTES + 64 * _ROW
     replies = RECENT_REPLIES_BYTES + RECENT_REPLIES_KEPT * 32
-    state = _STATE_BASE + live + delivered + replies
+    mutes = config.max_mutes * _MUTE
+    state = _STATE_BASE + live + delivered + replies + mutes
     return WorstCase(event=event, reply=reply, state=state)
 
 
@@ -148,6 +160,7 @@ def state_upper_bound(
     replies: int,
     history_ids: int,
     inherited: int,
+    mutes: int = 0,
 ) -> int:
     """An upper bound of a state's stored size from counts alone (cheap on the hot path).
 
@@ -155,7 +168,8 @@ def state_upper_bound(
     envelopes and digests holding at most `delivered_ids` directive ids (their full texts
     within what the fold keeps); `replies` remembered replies (their bodies within
     `RECENT_REPLIES_BYTES`);
-    `history_ids` seen and revoked reminder ids; `inherited` applied handoff ids. When it is
+    `history_ids` seen and revoked reminder ids; `inherited` applied handoff ids; `mutes`
+    active mutes. When it is
     within `max_payload_bytes`, `decide` need not serialise the state to know it fits;
     providers' latches are not counted (a session holding them is measured).
     """
@@ -171,6 +185,7 @@ def state_upper_bound(
         + replies * (_IDENT + 32)
         + history_ids * reminder_id
         + inherited * (_IDENT + 1)
+        + mutes * _MUTE
     )
 
 

@@ -16,7 +16,7 @@ changed in the core is never flagged as a divergence of the logs it writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 
@@ -28,10 +28,12 @@ from contracts.commands import Evaluate
 from contracts.state import PendingRow, SessionState
 from core import CommandContext, decide, fold_all, rules
 from core.canonical import links, sha256_hex
+from core.cost import ESTIMATORS, eligible, shed_to_budget, summary_of, withholds
+from core.deciders.envelope import spoofing_split
 from core.fold import Scratch, apply_event
 from core.providers import ProvidersConfig, default_config, evaluate_event
 from core.redact import markers, redact
-from core.render import envelope_text, is_spoofing, render_candidates, speaker_for
+from core.render import Format, envelope_text, is_spoofing, render_candidates, speaker_for
 from replay.engine import decode_rows
 from replay.source import Row
 
@@ -101,6 +103,52 @@ def _check_redactions(body: str, redactions: int) -> str | None:
     return None
 
 
+def _check_plan(
+    before: SessionState,
+    turn: int,
+    fmt: Format,
+    summary: ev.RenderSummary,
+    directive_ids: list[str],
+    text_of: Callable[[list[PendingRow]], str],
+) -> str | None:
+    """Re-derive a render's selection, mutes, drops, budget shedding and summary (SPEC §5.2,
+    §5.4, §12.1, §12.2) from the state before it. The envelope cap is configuration, not
+    recorded: the render issued a prefix of the candidates, so the prefix of the length it
+    kept plus shed is the capped list the budget was applied to."""
+    if summary.estimator not in ESTIMATORS:
+        return f"unknown token estimator {summary.estimator!r}"
+    held = eligible(before.pending, turn, before.mutes)
+    if (held.muted_ids, held.not_yet_ids) != (summary.muted_ids, summary.not_yet_ids):
+        return "the mutes held back other reminders than the current rules do"
+    candidates, dropped = held.candidates, list[PendingRow]()
+    if fmt == "system-reminder":
+        candidates, dropped = spoofing_split(candidates)
+    if [row.spec.id for row in dropped] != summary.dropped_ids:
+        return "the render dropped other reminders than the current rules do"
+    capped = candidates[: len(directive_ids) + len(summary.shed_ids)]
+    kept, shed, over = shed_to_budget(capped, text_of, summary.budget_tokens, summary.estimator)
+    if ([row.spec.id for row in kept], shed, over) != (
+        directive_ids,
+        summary.shed_ids,
+        summary.over_budget,
+    ):
+        return "the budget shed other directives than the current rules do"
+    text = text_of(kept) if kept else ""
+    expected = summary_of(
+        kept,
+        text,
+        estimator=summary.estimator,
+        budget=summary.budget_tokens,
+        shed_ids=shed,
+        held=held,
+        dropped_ids=summary.dropped_ids,
+        over_budget=over,
+    )
+    if expected != summary:
+        return "the render summary differs from what the current rules count"
+    return None
+
+
 def _check_delivered(
     before: SessionState, scratch: Scratch, group: list[ev.Event], event: ev.Event
 ) -> str | None:
@@ -113,20 +161,57 @@ def _check_delivered(
     if any(row is None for row in rows):
         return "a directive is not a live reminder"
     live_rows = [row for row in rows if row is not None]
-    dropped = {e.payload.reminder_id for e in group if isinstance(e.payload, ev.Dropped)}
-    winners = [
-        row.spec.id
-        for row in render_candidates(before.pending, payload.turn_number)
-        if row.spec.id not in dropped
-    ]
-    if winners[: len(fired)] != fired:
-        return "the current rules select other directives"
+
+    def text_of(chosen: list[PendingRow]) -> str:
+        return envelope_text(chosen, payload.format, payload.instructions, payload.nonce)
+
+    if payload.summary is not None:
+        problem = _check_plan(
+            before, payload.turn_number, payload.format, payload.summary, fired, text_of
+        )
+        if problem is not None:
+            return problem
+    else:  # a log written before the summary: no mutes, no budget
+        dropped = {e.payload.reminder_id for e in group if isinstance(e.payload, ev.Dropped)}
+        winners = [
+            row.spec.id
+            for row in render_candidates(before.pending, payload.turn_number)
+            if row.spec.id not in dropped
+        ]
+        if winners[: len(fired)] != fired:
+            return "the current rules select other directives"
     speaker = speaker_for(live_rows)
-    text = envelope_text(live_rows, payload.format, payload.instructions, payload.nonce)
-    if text != payload.text:
+    if text_of(live_rows) != payload.text:
         return "delivered.text differs from the envelope the current rules render"
     if sha256_hex(payload.text) != payload.text_sha256 or speaker != payload.speaker:
         return "text_sha256 or speaker does not match the text"
+    return None
+
+
+def _check_withheld(
+    before: SessionState, group: list[ev.Event], payload: ev.Withheld
+) -> str | None:
+    """A render that delivered nothing: what it held back, re-derived. Its envelope text is
+    not recorded (nothing was rendered), so a budget that shed everything is checked by
+    order: every candidate shed, none a contract, the latest first (SPEC §12.1)."""
+    if any(isinstance(e.payload, ev.Delivered) for e in group):
+        return "withheld beside a delivered envelope"
+    summary = payload.summary
+    if not withholds(summary) or summary.directives or summary.over_budget:
+        return "withheld although nothing eligible was held back"
+    held = eligible(before.pending, payload.turn_number, before.mutes)
+    if (held.muted_ids, held.not_yet_ids) != (summary.muted_ids, summary.not_yet_ids):
+        return "the mutes held back other reminders than the current rules do"
+    candidates, dropped = spoofing_split(held.candidates)
+    if summary.dropped_ids != [row.spec.id for row in dropped]:
+        candidates = held.candidates  # context-directives: nothing is dropped
+    shed = candidates[: len(summary.shed_ids)]
+    if summary.shed_ids and (
+        summary.budget_tokens is None
+        or any(row.spec.authority == "contract" for row in shed)
+        or [row.spec.id for row in reversed(shed)] != summary.shed_ids
+    ):
+        return "the budget shed other directives than the current rules do"
     return None
 
 
@@ -173,6 +258,12 @@ def _check_event(
             return "fired does not match the live reminder"
     elif isinstance(payload, ev.Delivered):
         return _check_delivered(before, scratch, group, event)
+    elif isinstance(payload, ev.Withheld):
+        return _check_withheld(before, group, payload)
+    elif isinstance(payload, ev.Muted | ev.Unmuted):
+        return _check_mute(before, scratch, group, event)
+    elif isinstance(payload, ev.ForgedDirectiveNeutralized):
+        return _check_neutralized(group, event, payload)
     elif isinstance(payload, ev.Dropped):
         row = _live(scratch, payload.reminder_id)
         if payload.code == "spoofed_tag" and (row is None or not is_spoofing(row.spec.body)):
@@ -187,6 +278,42 @@ def _check_event(
         return _check_compacted(before, group, payload)
     elif isinstance(payload, ev.HandedOff):
         return _check_handed_off(before, event, payload)
+    return None
+
+
+def _check_mute(
+    before: SessionState, scratch: Scratch, group: list[ev.Event], event: ev.Event
+) -> str | None:
+    """A mute begins from a `mute` (at most `max_mutes`... counted by the reply) and ends by
+    `unmute` or at the TTL pass of its last turn (SPEC §12.2)."""
+    payload = event.payload
+    active = {mute.mute_id: mute for mute in scratch.mutes}
+    if isinstance(payload, ev.Muted):
+        if payload.mute_id in active:
+            return "a mute began twice"
+        return None
+    assert isinstance(payload, ev.Unmuted)
+    mute = active.get(payload.mute_id)
+    if mute is None:
+        return "unmuted a mute that is not active"
+    boundary = next(
+        (e.payload for e in group if isinstance(e.payload, ev.PostTurn | ev.Compacted)), None
+    )
+    if boundary is not None and (mute.until_turn is None or mute.until_turn > boundary.turn_number):
+        return "a mute ended at a turn boundary before its until_turn"
+    if boundary is None and len(group) != 1:
+        return "an unmute decided more than its unmuted event"
+    return None
+
+
+def _check_neutralized(
+    group: list[ev.Event], event: ev.Event, payload: ev.ForgedDirectiveNeutralized
+) -> str | None:
+    """The text is never stored, so the count cannot be recomputed: it must be positive and
+    be what the reply said (SPEC §12.5)."""
+    reply = event.reply or {}
+    if payload.count < 1 or reply.get("neutralized") != payload.count or len(group) != 1:
+        return "forged_directive_neutralized does not match its sanitize reply"
     return None
 
 

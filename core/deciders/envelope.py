@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from contracts import commands as cmd
 from contracts import events as ev
 from contracts.errors import ErrorCode
-from contracts.replies import Envelope, RenderReply, Reply
-from contracts.state import PendingRow
+from contracts.events import RenderSummary
+from contracts.replies import DroppedDirective, Envelope, RenderReply, Reply
+from contracts.state import PendingRow, SessionState
+from core import cost
 from core import render as rn
 from core.batch import Batch
 from core.canonical import sha256_hex
 from core.config import CoreConfig
 from core.deciders.common import check_turn, reject
+from core.fold import Scratch
 
 
 def fitting_prefix(
@@ -45,19 +49,11 @@ def _check_user_text(command: cmd.Render, config: CoreConfig) -> None:
             )
 
 
-def _drop_spoofing(batch: Batch, candidates: list[PendingRow]) -> list[PendingRow]:
-    """A body holding a `<system-reminder>` tag cannot be rendered safely in that format:
-    it is dropped (`dropped{code: spoofed_tag}`) and the rest stay candidates."""
-    for row in [row for row in candidates if rn.is_spoofing(row.spec.body)]:
-        batch.emit(
-            ev.Dropped(
-                reminder_id=row.spec.id,
-                reason="invalid",
-                code="spoofed_tag",
-                error="body contains a <system-reminder> tag and cannot be rendered safely",
-            )
-        )
-    return [row for row in candidates if not rn.is_spoofing(row.spec.body)]
+def spoofing_split(candidates: list[PendingRow]) -> tuple[list[PendingRow], list[PendingRow]]:
+    """(kept, dropped): a body holding a `<system-reminder>` tag cannot be rendered safely
+    in that format (SPEC §5.4)."""
+    kept = [row for row in candidates if not rn.is_spoofing(row.spec.body)]
+    return kept, [row for row in candidates if rn.is_spoofing(row.spec.body)]
 
 
 def _session_nonce(batch: Batch) -> str:
@@ -88,49 +84,124 @@ def _emit_fired(batch: Batch, chosen: list[PendingRow], turn: int) -> None:
         )
 
 
-def render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
-    """The directives due this turn, within the envelope cap: `fired` for each, then one
-    `delivered` holding the envelope; no envelope when none is due."""
-    check_turn(batch.state, command.turn)
-    _check_user_text(command, config)
-    fmt = command.format or config.default_format
-    candidates = rn.render_candidates(batch.scratch.pending, command.turn)
-    nonce: str | None = None
-    instructions = ""
+@dataclass(frozen=True)
+class RenderPlan:
+    """What a render issues and holds back: a pure function of the state before it, so the
+    decider and `replay --verify` compute the same plan."""
+
+    chosen: list[PendingRow]
+    text: str
+    dropped: list[PendingRow]
+    summary: RenderSummary
+    instructions: str
+    nonce: str | None
+
+
+def plan_render(
+    state: SessionState | Scratch,
+    turn: int,
+    fmt: rn.Format,
+    *,
+    instructions: str,
+    nonce: str | None,
+    cap: int,
+    budget: int | None,
+    estimator: str = cost.DEFAULT_ESTIMATOR,
+) -> RenderPlan:
+    """Select (§5.2, mutes §12.2), drop (§5.4), cap (§4.6) and shed to the budget (§12.1)."""
+    held = cost.eligible(state.pending, turn, state.mutes)
+    candidates, dropped = held.candidates, list[PendingRow]()
     if fmt == "system-reminder":
-        candidates = _drop_spoofing(batch, candidates)
-    else:
-        instructions = config.instructions
-        if config.nonce_enabled:
-            nonce = _session_nonce(batch)
+        candidates, dropped = spoofing_split(candidates)
 
     def text_of(rows: list[PendingRow]) -> str:
         return rn.envelope_text(rows, fmt, instructions, nonce)
 
-    chosen = fitting_prefix(candidates, text_of, config.max_envelope_bytes)
-    if not chosen:
-        return RenderReply(session_seq=0, envelope=None)
-    text = text_of(chosen)
-    speaker = rn.speaker_for(chosen)
-    _emit_fired(batch, chosen, command.turn)
-    directive_ids = [row.spec.id for row in chosen]
+    capped = fitting_prefix(candidates, text_of, cap)
+    chosen, shed_ids, over_budget = cost.shed_to_budget(capped, text_of, budget, estimator)
+    text = text_of(chosen) if chosen else ""
+    summary = cost.summary_of(
+        chosen,
+        text,
+        estimator=estimator,
+        budget=budget,
+        shed_ids=shed_ids,
+        held=held,
+        dropped_ids=[row.spec.id for row in dropped],
+        over_budget=over_budget,
+    )
+    return RenderPlan(chosen, text, dropped, summary, instructions, nonce)
+
+
+def render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
+    """The directives due this turn, within the envelope cap and the token budget: `fired`
+    for each, then one `delivered` holding the envelope and its summary; `withheld` instead
+    when nothing is delivered while something eligible was held back (SPEC §4.6, §12.1)."""
+    check_turn(batch.state, command.turn)
+    _check_user_text(command, config)
+    fmt = command.format or config.default_format
+    context_directives = fmt == "context-directives"
+    plan = plan_render(
+        batch.scratch,
+        command.turn,
+        fmt,
+        instructions=config.instructions if context_directives else "",
+        nonce=_session_nonce(batch) if context_directives and config.nonce_enabled else None,
+        cap=config.max_envelope_bytes,
+        budget=command.max_tokens if command.max_tokens is not None else config.render_max_tokens,
+    )
+    for row in plan.dropped:
+        batch.emit(
+            ev.Dropped(
+                reminder_id=row.spec.id,
+                reason="invalid",
+                code="spoofed_tag",
+                error="body contains a <system-reminder> tag and cannot be rendered safely",
+            )
+        )
+    dropped = [
+        DroppedDirective(reminder_id=row.spec.id, code="spoofed_tag") for row in plan.dropped
+    ]
+    if not plan.chosen:
+        if cost.withholds(plan.summary):
+            batch.emit(ev.Withheld(turn_number=command.turn, summary=plan.summary))
+        return RenderReply(
+            session_seq=0, envelope=None, summary=plan.summary, dropped=dropped or None
+        )
+    return _deliver(batch, command, plan, fmt, dropped)
+
+
+def _deliver(
+    batch: Batch,
+    command: cmd.Render,
+    plan: RenderPlan,
+    fmt: rn.Format,
+    dropped: list[DroppedDirective],
+) -> Reply:
+    """`fired` per directive, then the `delivered` envelope with its summary."""
+    speaker = rn.speaker_for(plan.chosen)
+    _emit_fired(batch, plan.chosen, command.turn)
+    directive_ids = [row.spec.id for row in plan.chosen]
     batch.emit(
         ev.Delivered(
             turn_number=command.turn,
             format=fmt,
             speaker=speaker,
-            nonce=nonce,
-            instructions=instructions,
+            nonce=plan.nonce,
+            instructions=plan.instructions,
             directive_ids=directive_ids,
-            text=text,
-            text_sha256=sha256_hex(text),
+            text=plan.text,
+            text_sha256=sha256_hex(plan.text),
+            summary=plan.summary,
         )
     )
     envelope = Envelope(
-        text=text,
+        text=plan.text,
         speaker=speaker,
         directive_ids=directive_ids,
         turn_number=command.turn,
         format=fmt,
     )
-    return RenderReply(session_seq=0, envelope=envelope)
+    return RenderReply(
+        session_seq=0, envelope=envelope, summary=plan.summary, dropped=dropped or None
+    )

@@ -11,6 +11,7 @@ from core import rules
 from core.batch import Batch
 from core.canonical import derived_uuid7
 from core.config import CoreConfig
+from core.cost import provider_muted
 from core.deciders.reminders import inject
 
 
@@ -24,6 +25,8 @@ def _evaluation_fires(
     reminder goes through the very rules and bounds of a direct inject (§4.2), and one they
     reject makes the evaluation `malformed_spec` with the rule's code.
     """
+    if provider_muted(batch.scratch.mutes, evaluation.provider_id):
+        return "muted", None, None
     mark = rules.provider_mark(batch.scratch.providers, evaluation.provider_id)
     if evaluation.once and mark.fired_count > 0:
         return "once_latched", None, None

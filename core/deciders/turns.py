@@ -10,6 +10,7 @@ from contracts.replies import AlreadyAppliedReply, CompactReply, EndTurnReply, R
 from core import rules
 from core.batch import Batch
 from core.config import CoreConfig
+from core.deciders.control import end_mutes
 
 
 def _emit_ttl_pass(
@@ -35,6 +36,7 @@ def end_turn(batch: Batch, command: cmd.EndTurn, config: CoreConfig) -> Reply:
         return AlreadyAppliedReply(session_seq=0)
     ttl = rules.ttl_pass(batch.scratch.pending, command.turn)
     _emit_ttl_pass(batch, ttl, command.turn, "post_turn")
+    end_mutes(batch, command.turn)
     expired, decremented = len(ttl.expiring), ttl.decremented_ids
     remaining = len(batch.scratch.pending)
     batch.emit(
@@ -77,6 +79,8 @@ def compact(batch: Batch, command: cmd.Compact, config: CoreConfig) -> Reply:
     keeps, then one `compacted`."""
     plan = rules.compaction(batch.scratch.pending, command.turn, batch.scratch.last_ended_turn)
     _emit_ttl_pass(batch, plan.ttl, command.turn, "pre_compact")
+    if rules.ttl_pass_due(batch.scratch.last_ended_turn, command.turn):
+        end_mutes(batch, command.turn)  # the pre-compact pass counts as the turn's pass
     for row in plan.compacted:
         batch.emit(
             ev.Expired(

@@ -33,9 +33,12 @@ from services.adapters.records import READ_TIMEOUT_S, read_last_value
 
 log = logging.getLogger("reminders.projection")
 
-#: Top-level keys of a state the current `encode_state` writes (`providers` only once set).
+#: Top-level keys of a state the current `encode_state` writes; those left out while empty
+#: (`providers`, `mutes`) may be missing.
 _STATE_KEYS = frozenset(SessionState.model_fields)
-_STATE_KEYS_BEFORE_PROVIDERS = _STATE_KEYS - {"providers"}
+_REQUIRED_STATE_KEYS = _STATE_KEYS - {
+    name for name, info in SessionState.model_fields.items() if info.exclude_if is not None
+}
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def read_projected(value: bytes | None) -> Projected:
         value,
         session_seq=_int(raw, "session_seq"),
         stream_seq=_int(raw, "stream_seq"),
-        current=keys in (_STATE_KEYS, _STATE_KEYS_BEFORE_PROVIDERS),
+        current=_REQUIRED_STATE_KEYS <= keys <= _STATE_KEYS,
     )
 
 

@@ -151,6 +151,8 @@ class Settings(BaseModel):
             "REMINDERS_INSTRUCTIONS": "instructions",
             "REMINDERS_NONCE": "nonce_enabled",
             "REMINDERS_DEFAULT_FORMAT": "default_format",
+            "REMINDERS_RENDER_MAX_TOKENS": "render_max_tokens",
+            "REMINDERS_MAX_MUTES": "max_mutes",
         }.items():
             if variable in env:
                 core[name] = env[variable]

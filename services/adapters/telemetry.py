@@ -102,6 +102,10 @@ SIZE_BUCKETS_BYTES: tuple[float, ...] = tuple(float(2**power) for power in range
 BATCH_BUCKETS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 
 
+#: Bucket bounds of the envelope-tokens histogram (SPEC §12.1): 16 to 64k estimated tokens.
+TOKEN_BUCKETS: tuple[float, ...] = tuple(float(2**power) for power in range(4, 17))
+
+
 def metric_views() -> list[View]:
     """Views giving every histogram buckets in the range it measures, matched by unit so a
     histogram another module creates (the observer's envelope sizes) is covered too."""
@@ -120,6 +124,11 @@ def metric_views() -> list[View]:
             instrument_type=HistogramInstrument,
             instrument_name="reminders_group_commit_commands",
             aggregation=ExplicitBucketHistogramAggregation(BATCH_BUCKETS),
+        ),
+        View(
+            instrument_type=HistogramInstrument,
+            instrument_name="reminders_envelope_tokens",
+            aggregation=ExplicitBucketHistogramAggregation(TOKEN_BUCKETS),
         ),
     ]
 

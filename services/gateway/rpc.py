@@ -1,9 +1,11 @@
 """JSON-RPC 2.0 adapters on `reminders.v1.rpc` (SPEC §8), translated into bus commands.
 
-Methods: `session/remind`, `session/pending_injections`, `session/revoke_reminder`, and the
-notifications `notifications/reminder` (the MCP proposal) and `notifications/message`
-carrying `params._meta.harn.reminder`. Notifications (no `id`) never get a reply; a
-message with an `id` always does, whatever its method.
+Methods: `session/remind`, `session/pending_injections`, `session/revoke_reminder`, the
+control methods `session/mute`, `session/unmute` and `session/sanitize` (SPEC §12, the bus
+ops with camelCase names), and the notifications `notifications/reminder` (the MCP
+proposal) and `notifications/message` carrying `params._meta.harn.reminder`.
+Notifications (no `id`) never get a reply; a message with an `id` always does, whatever its
+method.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def _reply_error(reply: dict[str, Any]) -> RpcError:
     # The command error's details travel in `data` (SPEC §8): `rate_limited` keeps its
     # `retry_after_ms`, `too_large` its byte budget.
     data = {**(error.get("details") or {}), "code": code, "message": error["message"]}
-    if code.startswith("HARN-RMD-") or code in ("invalid_request", "too_large"):
+    if code.startswith("HARN-RMD-") or code in ("invalid_request", "too_large", "unknown_mute_id"):
         return RpcError(INVALID_PARAMS, "Invalid params", data)
     return RpcError(SERVER_ERROR, error["message"], data)
 
@@ -148,6 +150,45 @@ async def _revoke(serve: Serve, params: dict[str, Any]) -> dict[str, Any]:
     raise _reply_error(reply)
 
 
+#: camelCase names of the control methods' params and results, and their bus names.
+_CONTROL_NAMES = {
+    "sessionId": "session_id",
+    "untilTurn": "until_turn",
+    "muteId": "mute_id",
+    "toolName": "tool_name",
+    "providerId": "provider_id",
+    "dedupeKey": "dedupe_key",
+    "requestId": "request_id",
+}
+_CONTROL_RESULTS = {snake: camel for camel, snake in _CONTROL_NAMES.items()}
+
+#: Control methods (SPEC §8, §12): JSON-RPC method → bus op and the reply fields returned.
+CONTROL_METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "session/mute": ("mute", ("mute_id",)),
+    "session/unmute": ("unmute", ("mute_id",)),
+    "session/sanitize": ("sanitize", ("text", "neutralized")),
+}
+
+
+def _snake(value: object) -> object:
+    """camelCase keys of params (and of a nested selector) in their bus names."""
+    if not isinstance(value, dict):
+        return value
+    return {_CONTROL_NAMES.get(key, key): _snake(item) for key, item in value.items()}
+
+
+async def _control(serve: Serve, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A control method as its bus op: same rules, same error codes (SPEC §8)."""
+    op, returned = CONTROL_METHODS[method]
+    body = _snake({k: v for k, v in params.items() if k != "_meta"})
+    assert isinstance(body, dict)
+    body["session_id"] = _session_id(body.get("session_id"))
+    reply = await serve(op, body)
+    if not reply.get("ok"):
+        raise _reply_error(reply)
+    return {_CONTROL_RESULTS.get(name, name): reply[name] for name in returned}
+
+
 async def _notification(serve: Serve, method: str, params: dict[str, Any]) -> None:
     meta = _meta(params)
     if method == "notifications/reminder":
@@ -181,6 +222,8 @@ async def handle_rpc(serve: Serve, raw: object) -> dict[str, Any] | None:
             result = await _pending(serve, params)
         elif method == "session/revoke_reminder":
             result = await _revoke(serve, params)
+        elif method in CONTROL_METHODS:
+            result = await _control(serve, method, params)
         elif method in ("notifications/reminder", "notifications/message"):
             # Sent with an `id` it is a request like any other: `{}` once applied (SPEC §8).
             await _notification(serve, method, params)

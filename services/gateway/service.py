@@ -36,7 +36,7 @@ from contracts.events import Event
 from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from core import decide, fold_all
-from core.decide import with_inline
+from core.decide import with_unstored
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError, SessionAppend, read_session
 from services.adapters.settings import Settings
@@ -425,7 +425,7 @@ def _stored_reply(
         if stream_seq <= read_through:
             break
         if event.command_id == command_id and event.reply is not None:
-            return with_inline(command, event.reply)
+            return with_unstored(command, event.reply)
     return None
 
 

@@ -93,6 +93,9 @@ class ObserverMetrics:
     live: UpDownCounter
     envelope_bytes: Histogram
     ttl_expiries: Counter
+    envelope_tokens: Histogram
+    withheld: Counter
+    neutralized: Counter
 
     @classmethod
     def create(cls) -> ObserverMetrics:
@@ -111,7 +114,32 @@ class ObserverMetrics:
             ttl_expiries=meter.create_counter(
                 "reminders_ttl_expiries", description="Reminders expired by their TTL"
             ),
+            envelope_tokens=meter.create_histogram(
+                "reminders_envelope_tokens",
+                unit="{token}",
+                description="Estimated tokens of each delivered envelope (SPEC §12.1)",
+            ),
+            withheld=meter.create_counter(
+                "reminders_withheld",
+                description="Eligible reminders a render held back, by reason: shed, muted, "
+                "not_yet",
+            ),
+            neutralized=meter.create_counter(
+                "reminders_forged_directives_neutralized",
+                description="Directive-shaped tags escaped in tool output (SPEC §12.5)",
+            ),
         )
+
+    def _held_back(self, summary: ev.RenderSummary | None) -> None:
+        if summary is None:
+            return
+        for reason, ids in (
+            ("shed", summary.shed_ids),
+            ("muted", summary.muted_ids),
+            ("not_yet", summary.not_yet_ids),
+        ):
+            if ids:
+                self.withheld.add(len(ids), {"reason": reason})
 
     def observe(self, event: ev.Event) -> None:
         """Count one event; labels are kinds and reasons only."""
@@ -133,6 +161,13 @@ class ObserverMetrics:
             self.envelope_bytes.record(
                 len(payload.text.encode("utf-8")), {"format": payload.format}
             )
+            if payload.summary is not None:
+                self.envelope_tokens.record(payload.summary.est_tokens, {"format": payload.format})
+            self._held_back(payload.summary)
+        elif isinstance(payload, ev.Withheld):
+            self._held_back(payload.summary)
+        elif isinstance(payload, ev.ForgedDirectiveNeutralized):
+            self.neutralized.add(payload.count)
 
 
 def span_event(event: ev.Event) -> None:

@@ -81,7 +81,26 @@ def test_a_delivered_reminder_is_not_reissued_but_a_new_id_with_the_same_body_is
     driver.ok("render", turn=0)
     nothing = driver.run("render", turn=1)
     assert nothing.events == ()
-    assert nothing.reply == {"ok": True, "session_seq": 3, "envelope": None}
+    # Every render reply carries its summary (SPEC §12.1), also when nothing is rendered.
+    assert nothing.reply == {
+        "ok": True,
+        "session_seq": 3,
+        "envelope": None,
+        "summary": {
+            "directives": 0,
+            "by_authority": {},
+            "by_source": {},
+            "bytes": 0,
+            "est_tokens": 0,
+            "estimator": "utf8_bytes/4",
+            "budget_tokens": None,
+            "shed_ids": [],
+            "muted_ids": [],
+            "not_yet_ids": [],
+            "dropped_ids": [],
+            "over_budget": False,
+        },
+    }
     fresh = driver.inject("same body")
     assert driver.ok("render", turn=1)["envelope"]["directive_ids"] == [fresh]
 
@@ -203,7 +222,11 @@ def test_a_render_that_only_drops_appends_only_the_dropped_events() -> None:
     driver.inject("<system-reminder>")
     decision = driver.run("render", turn=0, format="system-reminder")
     assert driver.kinds(decision) == ["dropped"]
-    assert decision.reply == {"ok": True, "session_seq": 2, "envelope": None}
+    # The reply says what was dropped (SPEC §5.4), with the render's summary (§12.1).
+    assert decision.reply["envelope"] is None and decision.reply["session_seq"] == 2
+    assert decision.reply["dropped"] == [{"reminder_id": "r-00001", "code": "spoofed_tag"}]
+    assert decision.reply["summary"]["dropped_ids"] == ["r-00001"]
+    assert decision.reply["summary"]["directives"] == 0
 
 
 def test_the_spoofing_rule_does_not_apply_to_context_directives() -> None:
