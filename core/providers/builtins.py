@@ -39,7 +39,7 @@ from contracts.agent_events import (
 )
 from contracts.state import SessionState
 from core.providers.model import PROVIDER_SOURCE, Outcome, Provider, ProviderFn, fired, skipped
-from core.rules import live_with_key, provider_mark
+from core.rules import live_with_key, provider_mark, threshold_reported
 
 DEFAULT_THRESHOLDS = (0.70, 0.85, 0.95)
 
@@ -68,7 +68,7 @@ def token_pressure(view: SessionState, event: RuntimeEvent, config: Mapping[str,
     if level is None:
         return skipped("below_threshold", None)
     recorded = provider_mark(view.providers, "token_pressure").level
-    if recorded is not None and recorded >= level:
+    if threshold_reported(recorded, level):
         return skipped("threshold_already_reported", level)
     critical = level == max(thresholds)
     body = (
@@ -218,7 +218,7 @@ def workspace_anchor(view: SessionState, event: RuntimeEvent, config: Mapping[st
         thresholds = [round(t * 1000) for t in DEFAULT_THRESHOLDS]
         level = _reading_level(payload.used_tokens, payload.context_window, thresholds)
         recorded = provider_mark(view.providers, "workspace_anchor").level
-        if level is None or (recorded is not None and recorded >= level):
+        if level is None or threshold_reported(recorded, level):
             return skipped("predicate_false", level)
     if not anchor:
         return skipped("predicate_false", level)

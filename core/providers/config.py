@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.agent_events import RuntimeEvent
+from contracts.agent_events import RUNTIME_PAYLOADS, RuntimeEvent
 from contracts.errors import ErrorCode, ReminderError
 from contracts.state import SessionState
 from core.providers.builtins import BUILTINS, ConfigProblem, builtin
@@ -37,18 +37,8 @@ from core.providers.rules import rule
 
 #: At most this many distinct enabled providers and rules (SPEC §9.4).
 MAX_ENABLED = 8
-ALL_KINDS = frozenset(
-    {
-        "session_start",
-        "budget",
-        "session_idle",
-        "tool_result",
-        "post_compact",
-        "worker_resumed",
-        "user_turn",
-        "worker_lifecycle",
-    }
-)
+#: What a plug-in without a `subscribes` attribute subscribes to: every runtime event kind.
+ALL_KINDS = frozenset(RUNTIME_PAYLOADS)
 _TOP_KEYS = frozenset({"providers", "config", "rules", "max_bytes_per_turn"})
 
 

@@ -28,7 +28,7 @@ from contracts.spec import parse_reminder
 from contracts.state import SessionState
 from core.providers.builtins import ConfigProblem
 from core.providers.model import PROVIDER_SOURCE, Outcome, Provider, fired, skipped
-from core.rules import provider_mark
+from core.rules import once_latched
 
 #: Time bound of one content_pattern match.
 MATCH_TIMEOUT_S = 0.05
@@ -53,7 +53,7 @@ def evaluate_rule(view: SessionState, event: RuntimeEvent, config: Mapping[str, 
             return Outcome("provider_error", error="pattern_timeout: content_pattern match")
         if not matched:
             return skipped("predicate_false")
-    if config.get("once") and provider_mark(view.providers, str(config["id"])).fired_count > 0:
+    if once_latched(view.providers, str(config["id"]), once=bool(config.get("once"))):
         return skipped("once_latched")
     return fired(config["reminder"])
 

@@ -174,6 +174,8 @@ RULE_SHAPES = re.compile(
     r"|fired_at_turn\s*(\bor\s+0\s*\)?\s*)?[<>]|fired_at\(.*\)\s*[<>]"
     r"|\.preserve_on_compact\s*(\]|\)|:|$|\bfor\b|\bif\b)"
     r"|propagate\s*==|\.mode\s+in\b|mode\s*==\s*\"audit_only\""
+    # the providers' latches: once (§9.2) and a threshold already reported
+    r"|fired_count\s*>|>=\s*level\b"
 )
 
 
