@@ -1,4 +1,4 @@
-"""`project(record, stored) -> (record, outcome)`: the projector's rules for one stored event.
+"""`project(record, stored) -> (record, judgement)`: the projector's rules for one stored event.
 
 SPEC §6.3–§6.4, as one pure function used alike by the live projector, `reminders rebuild`
 and `reminders verify-projection`. A record is what the bucket holds for a session token:
@@ -48,19 +48,20 @@ class Verdict(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """A verdict, with the DLQ code and reason of poison (or why a message was skipped)."""
+class Judgement:
+    """What `project` judged of one delivery: its verdict, with the DLQ code and reason of
+    poison (or why a message was skipped)."""
 
     verdict: Verdict
     code: str = ""
     reason: str = ""
 
 
-APPLIED = Outcome(Verdict.APPLIED)
-DUPLICATE = Outcome(Verdict.DUPLICATE)
-GAP = Outcome(Verdict.GAP)
-TOMBSTONED = Outcome(Verdict.SKIPPED, "tombstoned")
-DEGRADED = Outcome(Verdict.SKIPPED, "degraded")
+APPLIED = Judgement(Verdict.APPLIED)
+DUPLICATE = Judgement(Verdict.DUPLICATE)
+GAP = Judgement(Verdict.GAP)
+TOMBSTONED = Judgement(Verdict.SKIPPED, "tombstoned")
+DEGRADED = Judgement(Verdict.SKIPPED, "degraded")
 
 
 def degrade(record: Record, stream_seq: int, code: str) -> Record:
@@ -84,19 +85,19 @@ def _judge(
     *,
     after_gap: bool,
     gap_is_final: bool,
-) -> tuple[Event | None, Outcome, bool]:
+) -> tuple[Event | None, Judgement, bool]:
     """Rules 1–6 of the module docstring for one stored event, without changing anything.
 
-    Returns the decoded event when it is to be applied, the outcome, and whether `current`
+    Returns the decoded event when it is to be applied, the judgement, and whether `current`
     is a tombstone whose new life this event starts (the caller then folds from empty).
     """
     if isinstance(stored, Unreadable):
         error = stored.error
-        return None, Outcome(Verdict.POISON, error.code, error.reason), False
+        return None, Judgement(Verdict.POISON, error.code, error.reason), False
     try:
         event = decode(stored.envelope, stored.subject)
     except DecodeError as exc:
-        return None, Outcome(Verdict.POISON, exc.code, exc.reason), False
+        return None, Judgement(Verdict.POISON, exc.code, exc.reason), False
     new_life = False
     if isinstance(current, Tombstone):
         if stored.stream_seq <= current.purged_through or event.session_seq != 1:
@@ -117,11 +118,11 @@ def _judge(
     if after_gap or event.session_seq > session_seq + 1:
         if gap_is_final:
             reason = "the previous event never arrived"
-            return None, Outcome(Verdict.POISON, "gap", reason), new_life
+            return None, Judgement(Verdict.POISON, "gap", reason), new_life
         return None, GAP, new_life
     if not links(chain_head, stored.envelope):
         reason = "chain does not follow chain_head"
-        return None, Outcome(Verdict.POISON, "broken_chain", reason), new_life
+        return None, Judgement(Verdict.POISON, "broken_chain", reason), new_life
     return event, APPLIED, new_life
 
 
@@ -131,14 +132,14 @@ def project(
     *,
     after_gap: bool = False,
     gap_is_final: bool = False,
-) -> tuple[Record, Outcome]:
+) -> tuple[Record, Judgement]:
     """The record after one stored event, and what became of the event.
 
     `after_gap`: an earlier event of this session in the same batch is waiting on a gap, so
     this one waits too. `gap_is_final`: a gap will not be filled by waiting (the message was
     redelivered too often, or the whole log is being read), so it is poison.
     """
-    event, outcome, new_life = _judge(
+    event, judgement, new_life = _judge(
         record, stored, after_gap=after_gap, gap_is_final=gap_is_final
     )
     if new_life:
@@ -146,10 +147,10 @@ def project(
     if event is not None:
         return fold(
             record if isinstance(record, SessionState) else SessionState(), event, stored.stream_seq
-        ), outcome
-    if outcome.verdict is Verdict.POISON and parse_event_subject(stored.subject) is not None:
-        record = degrade(record, stored.stream_seq, outcome.code)
-    return record, outcome
+        ), judgement
+    if judgement.verdict is Verdict.POISON and parse_event_subject(stored.subject) is not None:
+        record = degrade(record, stored.stream_seq, judgement.code)
+    return record, judgement
 
 
 def project_all(
@@ -157,13 +158,13 @@ def project_all(
     stored: Sequence[StoredEvent | Unreadable],
     *,
     gap_is_final: Sequence[bool] | None = None,
-) -> tuple[Record, list[Outcome]]:
+) -> tuple[Record, list[Judgement]]:
     """`project` over one session's events in stream order; after a gap, later ones wait.
 
     `gap_is_final[i]` says whether a gap at event i is final; without it every gap is (what
     a rebuild or a verification wants: the log read is all there is).
     """
-    outcomes: list[Outcome] = []
+    judgements: list[Judgement] = []
     blocked = False
     # A run of applied events is folded into one scratch and frozen once at the end, so a
     # batch costs one copy of the state, not one per event (`core.fold`).
@@ -171,7 +172,7 @@ def project_all(
     for index, item in enumerate(stored):
         final = True if gap_is_final is None else gap_is_final[index]
         current = record if scratch is None else scratch
-        event, outcome, new_life = _judge(current, item, after_gap=blocked, gap_is_final=final)
+        event, judgement, new_life = _judge(current, item, after_gap=blocked, gap_is_final=final)
         if new_life:
             record = None
         if event is not None:
@@ -180,13 +181,13 @@ def project_all(
                     record if isinstance(record, SessionState) else SessionState()
                 )
             apply_event(scratch, event, item.stream_seq)
-        elif outcome.verdict is Verdict.POISON and parse_event_subject(item.subject) is not None:
+        elif judgement.verdict is Verdict.POISON and parse_event_subject(item.subject) is not None:
             if scratch is None:
-                record = degrade(record, item.stream_seq, outcome.code)
+                record = degrade(record, item.stream_seq, judgement.code)
             elif scratch.degraded is None:
-                scratch.degraded = DegradedMark(stream_seq=item.stream_seq, code=outcome.code)
-        blocked = blocked or outcome.verdict is Verdict.GAP
-        outcomes.append(outcome)
+                scratch.degraded = DegradedMark(stream_seq=item.stream_seq, code=judgement.code)
+        blocked = blocked or judgement.verdict is Verdict.GAP
+        judgements.append(judgement)
     if scratch is not None:
         record = scratch.freeze()
-    return record, outcomes
+    return record, judgements

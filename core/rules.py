@@ -325,6 +325,12 @@ def provider_mark(providers: ProvidersState | None, provider_id: str) -> Provide
     return providers.marks.get(provider_id) or ProviderMark()
 
 
+def once_latched(providers: ProvidersState | None, provider_id: str, *, once: bool) -> bool:
+    """Whether a `once` provider already fired in the session, so it never fires again: the
+    latch is a `provider_evaluated{fired: true}` of the provider in the log (SPEC §9.2)."""
+    return once and provider_mark(providers, provider_id).fired_count > 0
+
+
 def threshold_reported(recorded: int | None, level: int | None) -> bool:
     """Whether a threshold `level` was already reported: fire only above the recorded level
     (a lower reading recorded a lower level, or none, and so re-armed it)."""

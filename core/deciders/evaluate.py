@@ -27,10 +27,11 @@ def _evaluation_fires(
     """
     if provider_muted(batch.scratch.mutes, evaluation.provider_id):
         return "muted", None, None
-    mark = rules.provider_mark(batch.scratch.providers, evaluation.provider_id)
-    if evaluation.once and mark.fired_count > 0:
+    providers, provider_id = batch.scratch.providers, evaluation.provider_id
+    if rules.once_latched(providers, provider_id, once=evaluation.once):
         return "once_latched", None, None
-    if rules.threshold_reported(mark.level, evaluation.level):
+    recorded = rules.provider_mark(providers, provider_id).level
+    if rules.threshold_reported(recorded, evaluation.level):
         return "threshold_already_reported", None, None
     if evaluation.reminder is None:
         return "malformed_spec", None, "HARN-RMD-006 a fired evaluation carries no reminder"

@@ -10,13 +10,13 @@ from core.providers.config import (
     parse_config,
 )
 from core.providers.evaluate import evaluate_event, evaluation_request_id
-from core.providers.model import Outcome, PluginFn, Provider, fired, skipped
+from core.providers.model import PluginFn, Provider, ProviderResult, fired, skipped
 
 __all__ = [
     "MAX_ENABLED",
-    "Outcome",
     "PluginFn",
     "Provider",
+    "ProviderResult",
     "ProvidersConfig",
     "ProvidersConfigError",
     "build_config",

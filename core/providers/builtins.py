@@ -38,8 +38,15 @@ from contracts.agent_events import (
     WorkerResumed,
 )
 from contracts.state import SessionState
-from core.providers.model import PROVIDER_SOURCE, Outcome, Provider, ProviderFn, fired, skipped
-from core.rules import live_with_key, provider_mark
+from core.providers.model import (
+    PROVIDER_SOURCE,
+    Provider,
+    ProviderFn,
+    ProviderResult,
+    fired,
+    skipped,
+)
+from core.rules import live_with_key, provider_mark, threshold_reported
 
 DEFAULT_THRESHOLDS = (0.70, 0.85, 0.95)
 
@@ -58,7 +65,9 @@ def _percent(used: int, window: int) -> int:
     return (used * 100) // window
 
 
-def token_pressure(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> Outcome:
+def token_pressure(
+    view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
+) -> ProviderResult:
     """Context budget pressure: once per threshold crossed upward."""
     payload = event.payload
     assert isinstance(payload, Budget)
@@ -68,7 +77,7 @@ def token_pressure(view: SessionState, event: RuntimeEvent, config: Mapping[str,
     if level is None:
         return skipped("below_threshold", None)
     recorded = provider_mark(view.providers, "token_pressure").level
-    if recorded is not None and recorded >= level:
+    if threshold_reported(recorded, level):
         return skipped("threshold_already_reported", level)
     critical = level == max(thresholds)
     body = (
@@ -95,7 +104,9 @@ def token_pressure(view: SessionState, event: RuntimeEvent, config: Mapping[str,
     )
 
 
-def idle_nudge(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> Outcome:
+def idle_nudge(
+    view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
+) -> ProviderResult:
     """The session has been idle at least `idle_seconds`."""
     payload = event.payload
     assert isinstance(payload, SessionIdle)
@@ -117,7 +128,7 @@ def idle_nudge(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any
 
 def tool_output_truncated(
     view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
-) -> Outcome:
+) -> ProviderResult:
     """A tool's output was cut before the model saw it."""
     payload = event.payload
     assert isinstance(payload, ToolResult)
@@ -141,7 +152,7 @@ def tool_output_truncated(
 
 def post_compact_recap(
     view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
-) -> Outcome:
+) -> ProviderResult:
     """After compaction archived messages: what was lost and the summary."""
     payload = event.payload
     assert isinstance(payload, PostCompact)
@@ -167,7 +178,7 @@ def post_compact_recap(
 
 def resume_continuity(
     view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
-) -> Outcome:
+) -> ProviderResult:
     """A worker resumed: why it stopped, what resumed it, with what, and the digest."""
     payload = event.payload
     assert isinstance(payload, WorkerResumed)
@@ -202,7 +213,9 @@ def _known_anchor(view: SessionState, config: Mapping[str, Any]) -> str | None:
     return live[-1].spec.body.splitlines()[0].removeprefix("Workspace anchor: ")
 
 
-def workspace_anchor(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> Outcome:
+def workspace_anchor(
+    view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
+) -> ProviderResult:
     """The session's workspace anchor and mounted roots, when one is set."""
     payload = event.payload
     level: int | None = None
@@ -218,7 +231,7 @@ def workspace_anchor(view: SessionState, event: RuntimeEvent, config: Mapping[st
         thresholds = [round(t * 1000) for t in DEFAULT_THRESHOLDS]
         level = _reading_level(payload.used_tokens, payload.context_window, thresholds)
         recorded = provider_mark(view.providers, "workspace_anchor").level
-        if level is None or (recorded is not None and recorded >= level):
+        if level is None or threshold_reported(recorded, level):
             return skipped("predicate_false", level)
     if not anchor:
         return skipped("predicate_false", level)
@@ -282,7 +295,9 @@ def _verifier_of(tool_name: str, tail: str) -> tuple[str, re.Pattern[str]] | Non
     return None
 
 
-def grounded_review(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> Outcome:
+def grounded_review(
+    view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
+) -> ProviderResult:
     """Concrete verifier failures in a tool result, never an opinion."""
     payload = event.payload
     assert isinstance(payload, ToolResult)

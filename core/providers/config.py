@@ -28,27 +28,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.agent_events import RuntimeEvent
+from contracts.agent_events import RUNTIME_PAYLOADS, RuntimeEvent
 from contracts.errors import ErrorCode, ReminderError
 from contracts.state import SessionState
 from core.providers.builtins import BUILTINS, ConfigProblem, builtin
-from core.providers.model import Outcome, PluginFn, Provider, fired, skipped
+from core.providers.model import PluginFn, Provider, ProviderResult, fired, skipped
 from core.providers.rules import rule
 
 #: At most this many distinct enabled providers and rules (SPEC §9.4).
 MAX_ENABLED = 8
-ALL_KINDS = frozenset(
-    {
-        "session_start",
-        "budget",
-        "session_idle",
-        "tool_result",
-        "post_compact",
-        "worker_resumed",
-        "user_turn",
-        "worker_lifecycle",
-    }
-)
+#: What a plug-in without a `subscribes` attribute subscribes to: every runtime event kind.
+ALL_KINDS = frozenset(RUNTIME_PAYLOADS)
 _TOP_KEYS = frozenset({"providers", "config", "rules", "max_bytes_per_turn"})
 
 
@@ -78,20 +68,20 @@ def _bad(message: str, **details: Any) -> ProvidersConfigError:
 
 def plugin_provider(provider_id: str, fn: PluginFn, raw_config: Mapping[str, Any]) -> Provider:
     """A third-party callable as a provider: it returns a ReminderSpec dict to fire, None not
-    to fire, or an `Outcome`; an optional `subscribes` attribute names its kinds (default all)
-    and `once = True` makes it latch per session."""
+    to fire, or a `ProviderResult`; an optional `subscribes` attribute names its kinds
+    (default all) and `once = True` makes it latch per session."""
     subscribes = getattr(fn, "subscribes", None)
     kinds = frozenset(subscribes) if subscribes else ALL_KINDS
 
-    def call(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> Outcome:
+    def call(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> ProviderResult:
         result = fn(view, event, config)
         if result is None:
             return skipped("predicate_false")
-        if isinstance(result, Outcome):
+        if isinstance(result, ProviderResult):
             return result
         if isinstance(result, Mapping):
             return fired(result)
-        return Outcome(
+        return ProviderResult(
             "malformed_spec",
             error=f"HARN-RMD-006 provider returned a {type(result).__name__}, not a spec",
         )

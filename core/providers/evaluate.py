@@ -26,8 +26,8 @@ from contracts.errors import ReminderError
 from contracts.spec import parse_reminder
 from contracts.state import SessionState
 from core.providers.config import ProvidersConfig
-from core.providers.model import Outcome, Provider
-from core.rules import provider_mark, unchanged_durable
+from core.providers.model import Provider, ProviderResult
+from core.rules import once_latched, provider_mark, unchanged_durable
 
 
 def evaluation_request_id(runtime_event_id: str) -> str:
@@ -36,11 +36,11 @@ def evaluation_request_id(runtime_event_id: str) -> str:
     return f"evaluate:{runtime_event_id}"
 
 
-def _call(provider: Provider, view: SessionState, event: RuntimeEvent) -> Outcome:
+def _call(provider: Provider, view: SessionState, event: RuntimeEvent) -> ProviderResult:
     try:
         return provider.fn(view, event, provider.config)
     except Exception as exc:  # a provider's bug is recorded, never raised
-        return Outcome("provider_error", error=f"provider raised {type(exc).__name__}")
+        return ProviderResult("provider_error", error=f"provider raised {type(exc).__name__}")
 
 
 def _spent(view: SessionState, turn: int) -> int:
@@ -110,7 +110,7 @@ def _check(
         spec, _ = parse_reminder(reminder)
     except ReminderError as exc:
         return "malformed_spec", f"HARN-RMD-006 {exc.code.value}: {exc.message}"[:1024]
-    if provider.once and provider_mark(view.providers, provider.id).fired_count > 0:
+    if once_latched(view.providers, provider.id, once=provider.once):
         return "once_latched", None
     if unchanged_durable(view.pending, spec):
         return "unchanged_durable_reminder", None

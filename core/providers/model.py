@@ -1,4 +1,4 @@
-"""What a provider is: a pure function `(session view, runtime event, config) -> Outcome`.
+"""What a provider is: a pure function `(view, runtime event, config) -> ProviderResult`.
 
 A provider never performs I/O and never reads a clock: everything it may look at is in the
 session view (the projected `SessionState`), the runtime event and its own configuration, so
@@ -20,7 +20,7 @@ PROVIDER_SOURCE = "stdlib_provider"
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProviderResult:
     """One evaluation's result before the gateway applies the §4.2 rules to its reminder."""
 
     reason: EvaluationReason
@@ -34,21 +34,21 @@ class Outcome:
         return self.reason == "fired"
 
 
-def fired(reminder: Mapping[str, Any], level: int | None = None) -> Outcome:
+def fired(reminder: Mapping[str, Any], level: int | None = None) -> ProviderResult:
     """A provider that fires with this reminder (a ReminderSpec as a JSON object)."""
-    return Outcome("fired", dict(reminder), level)
+    return ProviderResult("fired", dict(reminder), level)
 
 
-def skipped(reason: EvaluationReason, level: int | None = None) -> Outcome:
+def skipped(reason: EvaluationReason, level: int | None = None) -> ProviderResult:
     """A provider that does not fire, and why."""
-    return Outcome(reason, None, level)
+    return ProviderResult(reason, None, level)
 
 
-#: The pure function of a provider: `(view, event, config) -> Outcome`.
-ProviderFn = Callable[[SessionState, RuntimeEvent, Mapping[str, Any]], Outcome]
+#: The pure function of a provider: `(view, event, config) -> ProviderResult`.
+ProviderFn = Callable[[SessionState, RuntimeEvent, Mapping[str, Any]], ProviderResult]
 
 #: A third-party provider (entry-point group `reminder_ledger.providers`): returns a
-#: ReminderSpec as a dict to fire, None not to fire, or an `Outcome`.
+#: ReminderSpec as a dict to fire, None not to fire, or a `ProviderResult`.
 PluginFn = Callable[[SessionState, RuntimeEvent, Mapping[str, Any]], object]
 
 

@@ -27,8 +27,8 @@ from contracts.errors import ReminderError
 from contracts.spec import parse_reminder
 from contracts.state import SessionState
 from core.providers.builtins import ConfigProblem
-from core.providers.model import PROVIDER_SOURCE, Outcome, Provider, fired, skipped
-from core.rules import provider_mark
+from core.providers.model import PROVIDER_SOURCE, Provider, ProviderResult, fired, skipped
+from core.rules import once_latched
 
 #: Time bound of one content_pattern match.
 MATCH_TIMEOUT_S = 0.05
@@ -38,7 +38,9 @@ _WHEN_KEYS = frozenset({"every_n_turns", "content_pattern", "once"})
 _RULE_KEYS = frozenset({"id", "when", "reminder"})
 
 
-def evaluate_rule(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> Outcome:
+def evaluate_rule(
+    view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
+) -> ProviderResult:
     """All given predicates hold → fire, unless a `once` rule already fired in the session."""
     payload = event.payload
     assert isinstance(payload, UserTurn)
@@ -50,10 +52,10 @@ def evaluate_rule(view: SessionState, event: RuntimeEvent, config: Mapping[str, 
         try:
             matched = pattern.search(payload.text, timeout=MATCH_TIMEOUT_S) is not None
         except TimeoutError:
-            return Outcome("provider_error", error="pattern_timeout: content_pattern match")
+            return ProviderResult("provider_error", error="pattern_timeout: content_pattern match")
         if not matched:
             return skipped("predicate_false")
-    if config.get("once") and provider_mark(view.providers, str(config["id"])).fired_count > 0:
+    if once_latched(view.providers, str(config["id"]), once=bool(config.get("once"))):
         return skipped("once_latched")
     return fired(config["reminder"])
 
