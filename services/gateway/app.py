@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from services.adapters.jetstream import DurableConsumer
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import (
     GatewayMetrics,

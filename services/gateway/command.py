@@ -25,7 +25,7 @@ from contracts.events import Event
 from contracts.state import SessionState
 from core import CommandContext, CoreConfig, decide
 from core.decide import with_inline
-from services.adapters.jetstream import SessionAppend
+from services.adapters.append import SessionAppend
 from services.gateway.committer import (
     CommitConflict,
     CommitFailed,

@@ -18,14 +18,9 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from services.adapters.append import AppendFailure, SessionAppend, append_failure, publish_atomic
 from services.adapters.ids import new_uuid7
-from services.adapters.jetstream import (
-    AppendFailure,
-    JetStreamApiError,
-    SessionAppend,
-    append_failure,
-    publish_atomic,
-)
+from services.adapters.jetstream import JetStreamApiError
 
 
 class CommitConflict(Exception):

@@ -16,7 +16,7 @@ from contracts.errors import ErrorCode
 from contracts.records import Tombstone
 from contracts.subjects import AUDIT_FORGOTTEN, session_subject_filter, session_token
 from services.adapters.ids import utc_now_millis
-from services.adapters.jetstream import last_session_seq
+from services.adapters.session_read import last_session_seq
 from services.adapters.settings import Settings
 from services.gateway.replies import error_reply
 

@@ -37,8 +37,10 @@ from contracts.events import Event
 from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from core import CommandContext, fold_all
+from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
-from services.adapters.jetstream import JetStreamApiError, SessionAppend, read_session
+from services.adapters.jetstream import JetStreamApiError
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.command import CachedSession, Deadline, LogUnavailable, run_command

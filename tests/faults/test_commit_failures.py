@@ -9,13 +9,9 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.decode import decode
-from services.adapters.jetstream import (
-    AppendFailure,
-    JetStreamApiError,
-    SessionAppend,
-    append_failure,
-    read_session,
-)
+from services.adapters.append import AppendFailure, SessionAppend, append_failure
+from services.adapters.jetstream import JetStreamApiError
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import CommitUnavailable, CommitUncertain, GroupCommitter
 from services.gateway.service import CommandService

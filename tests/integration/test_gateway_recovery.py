@@ -10,7 +10,8 @@ import pytest
 from nats.aio.client import Client
 
 from contracts.decode import decode
-from services.adapters.jetstream import SessionAppend, read_session
+from services.adapters.append import SessionAppend
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import CommitUncertain, GroupCommitter
 from services.gateway.service import CommandService

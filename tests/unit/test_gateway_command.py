@@ -9,7 +9,7 @@ from contracts.commands import Command, parse_command
 from contracts.events import Event
 from contracts.state import SessionState
 from core import CommandContext, CoreConfig, fold_all
-from services.adapters.jetstream import SessionAppend
+from services.adapters.append import SessionAppend
 from services.gateway.command import (
     CachedSession,
     Deadline,
