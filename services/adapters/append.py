@@ -12,18 +12,16 @@ Facts this module relies on, measured against nats-server 2.15:
 - while a replicated stream elects a new leader (a node died), a commit gets no responders,
   a 503 "JetStream system temporarily unavailable" (10008), an "atomic publish batch is
   incomplete" (10176, the batch's first messages went to the old leader) or no answer at
-  all. None of these says anything about the session; `append_failure` sorts them out.
+  all. None of these says anything about the session; `append_errors` sorts them out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 import orjson
 from nats.aio.client import Client
-from nats.errors import NoRespondersError
 
 from contracts.events import Event
 from contracts.subjects import event_subject, session_subject_filter
@@ -36,18 +34,6 @@ from services.adapters.jetstream import (
     H_EXPECTED_SUBJECT,
     H_MSG_ID,
     JetStreamApiError,
-)
-
-ERR_WRONG_LAST_SEQUENCE = 10071
-ERR_DUPLICATE_MSG_ID = 10201
-ERR_CLUSTER_NOT_AVAILABLE = 10008
-ERR_STREAM_OFFLINE = 10118
-ERR_BATCH_MISSING_SEQ = 10175
-ERR_BATCH_INCOMPLETE = 10176
-#: Rejections that say the stream could not take the batch just now (an election, a node
-#: catching up, a batch split across two leaders): nothing was stored, a retry may succeed.
-TRANSIENT_ERR_CODES = frozenset(
-    {ERR_CLUSTER_NOT_AVAILABLE, ERR_STREAM_OFFLINE, ERR_BATCH_MISSING_SEQ, ERR_BATCH_INCOMPLETE}
 )
 
 
@@ -69,46 +55,14 @@ def encode_event(event: Event) -> bytes:
     return canonical_bytes(event.to_wire())
 
 
-class AppendFailure(Enum):
-    """Why an atomic append did not return a PubAck, as far as the caller can know."""
-
-    #: The expectation failed (err_code 10071): the session moved on. Nothing was stored.
-    CONFLICT = "conflict"
-    #: The stream could not take it now (no leader, no responders, 5xx). Nothing was stored.
-    UNAVAILABLE = "unavailable"
-    #: No answer, a cut connection or a duplicate `Nats-Msg-Id`: it may be stored, or may
-    #: still land (a leader can commit a proposal it made before it stepped down).
-    UNCERTAIN = "uncertain"
-    #: Refused for a reason a retry will not change (too large, bad headers). Nothing stored.
-    REFUSED = "refused"
-
-
-def append_failure(exc: BaseException) -> AppendFailure:
-    """Classify an exception raised by `publish_atomic`.
-
-    Only a wrong expected sequence is a conflict: a leader election, a timeout or "JetStream
-    not available" says nothing about the session, and must not be retried as if it did.
-    """
-    if isinstance(exc, JetStreamApiError):
-        if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
-            return AppendFailure.CONFLICT
-        if exc.err_code == ERR_DUPLICATE_MSG_ID:
-            return AppendFailure.UNCERTAIN
-        if exc.err_code in TRANSIENT_ERR_CODES or exc.code >= 500:
-            return AppendFailure.UNAVAILABLE
-        return AppendFailure.REFUSED
-    if isinstance(exc, NoRespondersError):
-        return AppendFailure.UNAVAILABLE  # nobody received the commit: the batch cannot land
-    return AppendFailure.UNCERTAIN  # timeouts, cut or reconnecting connections
-
-
 async def publish_atomic(
     nc: Client, appends: Sequence[SessionAppend], batch_id: str, timeout_s: float = 5.0
 ) -> int:
     """Append several sessions' events as one atomic batch; returns the last stream seq.
 
     Raises `JetStreamApiError` when the server rejects the batch (nothing was stored), or a
-    nats-py error (timeout, no responders, connection trouble); `append_failure` tells which
+    nats-py error (timeout, no responders, connection trouble); `append_failure` (in
+    `append_errors`) tells which
     of these may have stored it.
     """
     messages: list[tuple[str, bytes, dict[str, str]]] = []

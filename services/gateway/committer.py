@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from services.adapters.append import AppendFailure, SessionAppend, append_failure, publish_atomic
+from services.adapters.append import SessionAppend, publish_atomic
+from services.adapters.append_errors import AppendFailure, append_failure
 from services.adapters.ids import new_uuid7
 from services.adapters.jetstream import JetStreamApiError
 

@@ -9,7 +9,8 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.decode import decode
-from services.adapters.append import AppendFailure, SessionAppend, append_failure
+from services.adapters.append import SessionAppend
+from services.adapters.append_errors import AppendFailure, append_failure
 from services.adapters.jetstream import JetStreamApiError
 from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
