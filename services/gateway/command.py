@@ -128,6 +128,8 @@ async def run_command(
     conflicts = waits = 0
     unsure_after: int | None = None  # this command may be stored after this stream seq
     while True:
+        if deadline.left() <= 0:
+            return _unavailable(command, "no time left", unsure_after)
         entry: CachedSession | None = None
         try:
             if unsure_after is None:

@@ -47,13 +47,16 @@ from services.gateway.command import CachedSession, Deadline, LogUnavailable, ru
 from services.gateway.committer import GroupCommitter
 from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
-from services.gateway.replies import RETRY_AFTER_MS, error_reply
+from services.gateway.replies import RETRY_AFTER_MS, error_reply, unavailable_reply
 from services.gateway.rpc import handle_rpc_bytes
 
 log = logging.getLogger("reminders.gateway")
 
 DECIDED_OPS = frozenset(command.op for command in DECIDED_COMMANDS)
 QUERY_OPS = frozenset({StateQuery.op, PendingInjectionsQuery.op, Forget.op})
+#: Of a command's `request_timeout_s`, the last part is kept to encode and send the reply,
+#: so that an answer never leaves after the deadline the caller was promised.
+REPLY_MARGIN_S = 0.1
 
 
 #: The per-command check of the caller (`CommandPorts.check_caller`).
@@ -117,13 +120,17 @@ class SessionLocks:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @asynccontextmanager
-    async def hold(self, session_id: str) -> AsyncIterator[None]:
-        """Serialize commands of one session within this process."""
+    async def hold(self, session_id: str, timeout_s: float | None = None) -> AsyncIterator[None]:
+        """Serialize commands of one session within this process; with `timeout_s`, raise
+        `TimeoutError` rather than wait longer for the command in flight before this one."""
         lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
         self._locks[session_id] = (lock, users + 1)
         try:
-            async with lock:
+            await asyncio.wait_for(lock.acquire(), timeout_s)
+            try:
                 yield
+            finally:
+                lock.release()
         finally:
             lock, users = self._locks[session_id]
             if users <= 1:
@@ -181,11 +188,14 @@ class NatsCommandPorts:
     ) -> tuple[CachedSession, list[tuple[Event, int]]]:
         """Fold the session from its events in the log (and cache it)."""
         try:
-            stored = await read_session(
-                self._nc,
-                self._settings.stream,
-                session_id,
-                timeout_s=self._settings.request_timeout_s,
+            stored = await asyncio.wait_for(
+                read_session(
+                    self._nc,
+                    self._settings.stream,
+                    session_id,
+                    timeout_s=min(timeout_s, self._settings.request_timeout_s),
+                ),
+                timeout_s,
             )
         except (TimeoutError, NatsError, JetStreamApiError) as exc:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
@@ -198,7 +208,8 @@ class NatsCommandPorts:
 
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         """Group-commit the append, carrying the command's trace context."""
-        return await self._committer.commit(replace(append, headers=inject_traceparent()))
+        traced = replace(append, headers=inject_traceparent())
+        return await self._committer.commit(traced, timeout_s)
 
     def check_caller(self, command: Command, state: SessionState) -> dict[str, Any] | None:
         """The configured per-command check of the caller; none lets every command through."""
@@ -275,6 +286,7 @@ class CommandService:
 
     async def handle_value(self, op: str, raw: object) -> dict[str, Any]:
         """Serve one command or query given as a parsed JSON value."""
+        received = time.monotonic()
         if op not in DECIDED_OPS and op not in QUERY_OPS:
             return error_reply(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]}", op=op[:64])
         try:
@@ -303,9 +315,14 @@ class CommandService:
                 "too many commands for this session; retry later",
                 retry_after_ms=wait_ms,
             )
-        async with self._locks.hold(command.session_id):
-            deadline = Deadline(time.monotonic() + self._settings.request_timeout_s, self._ports)
-            return await run_command(command, warnings, self._ports, deadline)
+        deadline = Deadline(
+            received + self._settings.request_timeout_s - REPLY_MARGIN_S, self._ports
+        )
+        try:
+            async with self._locks.hold(command.session_id, max(deadline.left(), 0.0)):
+                return await run_command(command, warnings, self._ports, deadline)
+        except TimeoutError:  # from the lock only: the command path answers its own
+            return unavailable_reply(maybe_applied=False)
 
     async def _query(self, query: StateQuery | PendingInjectionsQuery) -> dict[str, Any]:
         try:

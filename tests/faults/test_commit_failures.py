@@ -44,13 +44,13 @@ class Flaky(GroupCommitter):
         self.store = store
         self.calls = 0
 
-    async def commit(self, append: SessionAppend) -> list[int]:
+    async def commit(self, append: SessionAppend, timeout_s: float | None = None) -> list[int]:
         self.calls += 1
         if self.calls <= self.failures:
             if self.store:
-                await super().commit(append)
+                await super().commit(append, timeout_s)
             raise self.error
-        return await super().commit(append)
+        return await super().commit(append, timeout_s)
 
 
 def gateway(nc: Client, settings: Settings, committer: GroupCommitter) -> CommandService:

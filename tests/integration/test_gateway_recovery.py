@@ -25,8 +25,8 @@ class LostAckCommitter(GroupCommitter):
         self.other = other
         self.lost = 0
 
-    async def commit(self, append: SessionAppend) -> list[int]:
-        seqs = await super().commit(append)
+    async def commit(self, append: SessionAppend, timeout_s: float | None = None) -> list[int]:
+        seqs = await super().commit(append, timeout_s)
         if self.lost == 0 and self.other is not None:
             self.lost += 1
             body = {"session_id": append.session_id, "reminder": {"body": "someone else"}}

@@ -81,7 +81,10 @@ class FakePorts:
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         self.commits += 1
         self.commit_timeouts.append(timeout_s)
-        self.now += min(self.commit_takes_s, timeout_s)
+        if self.commit_takes_s >= timeout_s:  # a paused leader: no PubAck in time
+            self.now += timeout_s
+            raise CommitUncertain("no answer before the deadline")
+        self.now += self.commit_takes_s
         failure = self.failures.pop(0) if self.failures else None
         if isinstance(failure, tuple):
             self._store(append)
@@ -227,3 +230,36 @@ async def test_a_rejected_command_appends_nothing_and_commits_nothing() -> None:
     ports = FakePorts()
     reply = await run(ports, (command, list(warnings)))
     assert reply["ok"] is False and ports.commits == 0
+
+
+async def test_a_paused_leader_is_answered_unavailable_by_the_deadline_not_after() -> None:
+    ports = FakePorts()
+    ports.commit_takes_s = 30.0  # SIGSTOP of the stream leader
+    deadline = ports.deadline()
+    command, warnings = inject()
+    reply = await run_command(command, warnings, ports, deadline)
+    assert reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"] == {"retry_after_ms": 1000, "maybe_applied": True}
+    assert ports.now <= deadline.at
+    assert ports.commit_timeouts == [TIMEOUT_S]
+
+
+async def test_every_wait_is_given_only_the_time_left() -> None:
+    ports = FakePorts(CommitUnavailable("no leader"), CommitUncertain("lost"))
+    ports.commit_takes_s = 1.2
+    ports.reads_fail = 1
+    reply = await run(ports)
+    assert reply["ok"] is True
+    assert ports.commits == 3
+    # each commit was given what was left of the 5 s, less what the earlier waits used
+    assert ports.commit_timeouts[0] < TIMEOUT_S
+    assert ports.commit_timeouts == sorted(ports.commit_timeouts, reverse=True)
+
+
+async def test_a_command_with_no_time_left_is_not_even_loaded() -> None:
+    ports = FakePorts()
+    deadline = Deadline(ports.now, ports)
+    command, warnings = inject()
+    reply = await run_command(command, warnings, ports, deadline)
+    assert reply["error"]["details"] == {"retry_after_ms": 1000}
+    assert ports.commits == 0 and ports.checked == []
