@@ -22,6 +22,7 @@ from services.adapters.append import SessionAppend, publish_atomic
 from services.adapters.append_errors import AppendFailure, append_failure
 from services.adapters.ids import new_uuid7
 from services.adapters.jetstream import JetStreamApiError
+from services.gateway.failover import Failover
 
 #: A batch is given at least this long for its PubAck, however late its commands are.
 MIN_COMMIT_TIMEOUT_S = 0.05
@@ -73,8 +74,10 @@ class GroupCommitter:
         max_messages: int = 1000,
         timeout_s: float = 5.0,
         on_batch: Callable[[int], None] | None = None,
+        failover: Failover | None = None,
     ) -> None:
         self._nc = nc
+        self._failover = failover
         self._max_messages = max_messages
         self._timeout_s = timeout_s
         self._on_batch = on_batch
@@ -162,6 +165,7 @@ class GroupCommitter:
             )
         except (JetStreamApiError, TimeoutError, NatsError) as exc:
             failure = append_failure(exc)
+            self._watch_leader(exc, failure)
             if (
                 len(group) > 1
                 and isinstance(exc, JetStreamApiError)
@@ -177,6 +181,8 @@ class GroupCommitter:
             for waiting in group:
                 _fail(waiting, _classify(exc))
             return
+        if self._failover is not None:
+            self._failover.answered()
         if self._on_batch is not None:
             self._on_batch(len(group))
         total = sum(len(waiting.append.events) for waiting in group)
@@ -186,6 +192,17 @@ class GroupCommitter:
             if not waiting.done.done():
                 waiting.done.set_result(list(range(next_seq, next_seq + count)))
             next_seq += count
+
+    def _watch_leader(self, exc: BaseException, failure: AppendFailure) -> None:
+        """Tell the fail-over whether a leader answered: a conflict or a refusal is an answer;
+        no responders, no answer at all or a "no leader" error is not."""
+        if self._failover is None:
+            return
+        answered = isinstance(exc, JetStreamApiError) and failure is not AppendFailure.UNAVAILABLE
+        if answered:
+            self._failover.answered()
+        else:
+            self._failover.leaderless()
 
 
 def _fail(waiting: _Waiting, exc: Exception) -> None:
