@@ -121,80 +121,114 @@ class Deadline:
 async def run_command(
     command: Command, warnings: list[Any], ports: CommandPorts, deadline: Deadline
 ) -> dict[str, Any]:
-    """Decide `command` against its session and append the events, until stored, refused,
-    or the deadline nears; the reply to send."""
+    """Load, check the caller, decide, commit, reply — tried again after a conflict or while
+    the log is away, until stored, refused, or the deadline nears."""
     context = ports.new_context()
-    session_id = command.session_id
-    conflicts = waits = 0
-    unsure_after: int | None = None  # this command may be stored after this stream seq
-    while True:
-        if deadline.left() <= 0:
-            return _unavailable(command, "no time left", unsure_after)
-        entry: CachedSession | None = None
+    retries = _Retries(deadline)
+    while deadline.left() > 0:
         try:
-            if unsure_after is None:
-                entry = await ports.load(session_id, deadline.left())
-            else:
-                entry, events = await ports.read(session_id, deadline.left())
-                stored = _stored_reply(command, context.command_id, events, unsure_after)
-                if stored is not None:
-                    return stored
-            refusal = ports.check_caller(command, entry.state)
-            if refusal is not None:
-                return refusal
-            decision = decide(entry.state, command, context, ports.core, warnings)
-            if not decision.events:
-                return decision.reply
-            append = SessionAppend(
-                session_id, entry.last_stream_seq, decision.events, encoded=decision.encoded
-            )
-            seqs = await ports.commit(append, deadline.left())
-            ports.remember(entry, decision.events, seqs)
-            return decision.reply
+            return await _attempt(command, warnings, context, ports, deadline, retries.unsure_after)
         except CommitConflict:
-            ports.forget_cached(session_id, conflict=True)
-            conflicts += 1
-            if conflicts > ports.conflict_retries:
+            ports.forget_cached(command.session_id, conflict=True)
+            if retries.conflicts >= ports.conflict_retries:
                 return error_reply(
                     ErrorCode.CONFLICT,
                     "the session kept changing; optimistic concurrency gave up",
                     retries=ports.conflict_retries,
                 )
-            if await deadline.pause(conflicts - 1, CONFLICT_PAUSE_S):
-                continue
-            return _unavailable(command, "conflicts until the deadline", unsure_after)
-        except CommitUncertain as exc:
-            ports.forget_cached(session_id, conflict=False)
-            assert entry is not None  # only a commit is uncertain, and it follows a load
-            first = unsure_after is None
-            unsure_after = (
-                entry.last_stream_seq
-                if unsure_after is None
-                else min(unsure_after, entry.last_stream_seq)
-            )
-            if first:
-                continue  # a lost PubAck: look in the log at once
-            failure: Exception = exc
+            again = await retries.after_conflict()
+        except _Uncertain as exc:
+            ports.forget_cached(command.session_id, conflict=False)
+            again = await retries.after_uncertain(exc.decided_on, exc.__cause__ or exc)
         except (CommitUnavailable, LogUnavailable) as exc:
-            failure = exc
+            again = await retries.after_unavailable(exc)
         except CommitFailed as exc:
             log.error("batch refused", extra={"op": command.op, "error": str(exc)})
             return error_reply(ErrorCode.UNAVAILABLE, "the log refused the append")
-        if not await deadline.pause(waits, UNAVAILABLE_PAUSE_S):
-            return _unavailable(command, _describe(failure), unsure_after)
-        waits += 1
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
-
-
-def _unavailable(command: Command, why: str, unsure_after: int | None) -> dict[str, Any]:
-    """The deadline is near with the log still away: tell the caller when to retry."""
+        if not again:
+            break
     log.warning(
-        "log unavailable until the command deadline", extra={"op": command.op, "error": why}
+        "log unavailable until the command deadline",
+        extra={"op": command.op, "error": retries.last_failure},
     )
-    return unavailable_reply(maybe_applied=unsure_after is not None)
+    return unavailable_reply(maybe_applied=retries.unsure_after is not None)
+
+
+class _Uncertain(Exception):
+    """The commit's outcome is unknown; the command was decided on the session as it was
+    at stream seq `decided_on`."""
+
+    def __init__(self, decided_on: int) -> None:
+        super().__init__(decided_on)
+        self.decided_on = decided_on
+
+
+async def _attempt(
+    command: Command,
+    warnings: list[Any],
+    context: CommandContext,
+    ports: CommandPorts,
+    deadline: Deadline,
+    unsure_after: int | None,
+) -> dict[str, Any]:
+    """One try. After an unknown outcome (`unsure_after`), the session is re-read and the
+    command answered from the log if its events landed."""
+    if unsure_after is None:
+        entry = await ports.load(command.session_id, deadline.left())
+    else:
+        entry, events = await ports.read(command.session_id, deadline.left())
+        stored = _stored_reply(command, context.command_id, events, unsure_after)
+        if stored is not None:
+            return stored
+    refusal = ports.check_caller(command, entry.state)
+    if refusal is not None:
+        return refusal
+    decision = decide(entry.state, command, context, ports.core, warnings)
+    if not decision.events:
+        return decision.reply
+    append = SessionAppend(
+        command.session_id, entry.last_stream_seq, decision.events, encoded=decision.encoded
+    )
+    try:
+        seqs = await ports.commit(append, deadline.left())
+    except CommitUncertain as exc:
+        raise _Uncertain(entry.last_stream_seq) from exc
+    ports.remember(entry, decision.events, seqs)
+    return decision.reply
+
+
+@dataclass
+class _Retries:
+    """What the retries of one command have seen, and the wait before the next one."""
+
+    deadline: Deadline
+    conflicts: int = 0
+    waits: int = 0
+    #: Set once a commit's outcome was unknown: the command may be stored after this seq.
+    unsure_after: int | None = None
+    last_failure: str = "no time left"
+
+    async def after_conflict(self) -> bool:
+        """Another writer is mid-command: a short pause, then decide again."""
+        self.conflicts += 1
+        self.last_failure = "conflicts until the deadline"
+        return await self.deadline.pause(self.conflicts - 1, CONFLICT_PAUSE_S)
+
+    async def after_uncertain(self, decided_on: int, failure: BaseException) -> bool:
+        """The first unknown outcome is looked up in the log at once (a lost PubAck);
+        later ones wait like an absent log."""
+        if self.unsure_after is None:
+            self.unsure_after = decided_on
+            return True
+        self.unsure_after = min(self.unsure_after, decided_on)
+        return await self.after_unavailable(failure)
+
+    async def after_unavailable(self, failure: BaseException) -> bool:
+        """The log is away: wait, doubling, while the deadline allows."""
+        self.last_failure = f"{type(failure).__name__}: {str(failure)[:200]}"
+        again = await self.deadline.pause(self.waits, UNAVAILABLE_PAUSE_S)
+        self.waits += 1
+        return again
 
 
 def _stored_reply(
