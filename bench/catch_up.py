@@ -32,7 +32,8 @@ from cli.supervisor import spawn_service, stop_all, wait_ready
 from replay.engine import replay
 from replay.rebuild import verify_projection
 from replay.source import rows_from_nats
-from services.adapters.jetstream import SessionAppend, consumer_info, publish_atomic
+from services.adapters.append import SessionAppend, publish_atomic
+from services.adapters.provisioning import consumer_info
 from services.adapters.settings import Settings
 
 STREAM = "REMINDERS"

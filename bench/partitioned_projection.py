@@ -43,15 +43,9 @@ from contracts.events import Event
 from contracts.state import SessionState
 from contracts.subjects import EVENT_SUBJECTS
 from core import fold_all, handle
-from services.adapters.jetstream import (
-    DurableConsumer,
-    SessionAppend,
-    consumer_info,
-    encode_event,
-    ensure_consumer,
-    publish_atomic,
-)
+from services.adapters.append import SessionAppend, encode_event, publish_atomic
 from services.adapters.partitions import partition_durable, partition_stream
+from services.adapters.provisioning import DurableConsumer, consumer_info, ensure_consumer
 from services.adapters.settings import Settings
 from services.projector.adapters import NatsDelivery
 from services.projector.app import ProjectorWorker

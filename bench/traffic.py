@@ -29,7 +29,7 @@ from contracts.events import Event
 from contracts.state import SessionState
 from core import CommandContext, decide, fold
 from core.canonical import derived_uuid7
-from services.adapters.jetstream import SessionAppend, encode_event, publish_atomic
+from services.adapters.append import SessionAppend, encode_event, publish_atomic
 
 #: The fake clock's origin; one millisecond per command slot in the interleaved order.
 EPOCH = datetime(2026, 11, 29, 15, 0, 0, tzinfo=UTC)

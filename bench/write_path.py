@@ -24,14 +24,9 @@ from bench.traffic import decide_session
 from cli.up import SERVICES
 from client.sdk import ReminderClient
 from contracts.subjects import event_subject, session_subject_filter
-from services.adapters.jetstream import (
-    H_EXPECTED_SEQ,
-    H_EXPECTED_SUBJECT,
-    SessionAppend,
-    consumer_info,
-    encode_event,
-    publish_atomic,
-)
+from services.adapters.append import SessionAppend, encode_event, publish_atomic
+from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT
+from services.adapters.provisioning import consumer_info
 
 #: How long one phase may wait for replies or for the projector before giving up.
 PHASE_TIMEOUT_S = 300.0

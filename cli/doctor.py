@@ -13,7 +13,7 @@ from nats.aio.client import Client
 from nats.js.api import ConsumerInfo
 
 from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
-from services.adapters.jetstream import (
+from services.adapters.provisioning import (
     _contradictions,
     _needs_update,
     agent_events_stream_config,

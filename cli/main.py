@@ -138,7 +138,8 @@ def provision(
     consumer (idempotent; needs JetStream admin rights). Services only check what it made."""
     from cli.provision import provision_all
     from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
-    from services.adapters.jetstream import JetStreamApiError, ProvisionError
+    from services.adapters.jetstream import JetStreamApiError
+    from services.adapters.provisioning import ProvisionError
 
     settings = Settings.from_env(nats_url=nats_url)
 

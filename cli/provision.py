@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nats.aio.client import Client
 
-from services.adapters.jetstream import ensure_consumer, provision
+from services.adapters.provisioning import ensure_consumer, provision
 from services.adapters.settings import Settings
 from services.workers import WORKERS
 

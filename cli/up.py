@@ -40,7 +40,7 @@ from cli.supervisor import (
 from client.sdk import ReminderClient
 from contracts.decode import decode
 from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 
 #: Services `up` runs, in start order. Each is `reminders serve NAME`.

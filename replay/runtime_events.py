@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from contracts.agent_events import RuntimeEvent, decode_runtime_event
 from contracts.decode import DecodeError
 from contracts.subjects import AGENT_EVENT_PREFIX, session_token
-from services.adapters.jetstream import iterate_direct
+from services.adapters.session_read import iterate_direct
 
 
 def runtime_events_from_file(path: Path) -> dict[str, RuntimeEvent]:

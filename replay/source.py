@@ -1,6 +1,6 @@
 """Where a replay reads events from: an exported JSON Lines file, or NATS (SPEC §7.1).
 
-From NATS, one session is read with direct gets (`services.adapters.jetstream.session_messages`:
+From NATS, one session is read with direct gets (`services.adapters.session_read.session_messages`:
 by its subject filter `transcript.reminder.*.<token>` when the stream is small, else by
 sequence along the events' back-pointers), so the cost grows with that session's events, not
 with the stream, and an auditor needs no right to create a consumer. An export row is the event
@@ -23,12 +23,8 @@ from contracts.stored import StoredEvent
 from contracts.subjects import EVENT_SUBJECTS
 from replay.errors import ReplayError
 from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect_url
-from services.adapters.jetstream import (
-    JetStreamApiError,
-    RawStored,
-    iterate_direct,
-    session_messages,
-)
+from services.adapters.jetstream import JetStreamApiError
+from services.adapters.session_read import RawStored, iterate_direct, session_messages
 
 EVENT_FILTER = EVENT_SUBJECTS
 

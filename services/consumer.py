@@ -26,7 +26,7 @@ from opentelemetry.trace import Tracer
 from contracts.decode import DecodeError, decode
 from contracts.events import Event
 from services.adapters.deadletter import dead_letter_message
-from services.adapters.jetstream import DurableConsumer
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.telemetry import consumer_span
 from services.runtime import Runtime
 

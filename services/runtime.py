@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 from contracts.subjects import command_subject
 from services.adapters.connection import connect
 from services.adapters.http import HealthServer
-from services.adapters.jetstream import DurableConsumer, ensure_consumer, provision
+from services.adapters.provisioning import DurableConsumer, ensure_consumer, provision
 from services.adapters.settings import Settings, check_payload_bounds
 from services.adapters.telemetry import inject_traceparent
 

@@ -64,6 +64,12 @@ class Settings(BaseModel):
         description="REMINDERS_PROJECTOR_CACHE_BYTES (encoded state bytes the projector caches)",
     )
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
+    failover_after_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="REMINDERS_FAILOVER_AFTER_S (a gateway whose commits find no stream leader "
+        "for this long reconnects to another server; 0: never)",
+    )
     nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
     nats_password: str | None = Field(default=None, description="REMINDERS_NATS_PASSWORD")
     nats_inbox_prefix: str | None = Field(
@@ -118,6 +124,7 @@ class Settings(BaseModel):
             "REMINDERS_HTTP_HOST": "http_host",
             "REMINDERS_HTTP_PORT": "http_port",
             "REMINDERS_CONFLICT_RETRIES": "conflict_retries",
+            "REMINDERS_FAILOVER_AFTER_S": "failover_after_s",
             "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
             "REMINDERS_MAX_WAITING_QUERIES": "max_waiting_queries",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",

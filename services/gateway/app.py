@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from services.adapters.jetstream import DurableConsumer
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import (
     GatewayMetrics,
@@ -15,6 +15,7 @@ from services.adapters.telemetry import (
     tracing_enabled,
 )
 from services.gateway.committer import GroupCommitter
+from services.gateway.failover import Failover
 from services.gateway.listener import CommandListener
 from services.gateway.service import CommandService
 from services.runtime import Runtime
@@ -25,6 +26,7 @@ class GatewayParts:
     """What the gateway adds to the shared runtime."""
 
     committer: GroupCommitter | None = None
+    failover: Failover | None = None
     listener: CommandListener | None = None
     service: CommandService | None = None
 
@@ -50,11 +52,13 @@ class Gateway:
         parts = self.parts
         meter = meter_provider("reminders-gateway").get_meter("gateway")
         metrics = GatewayMetrics.create(meter, parts.active_sessions)
+        parts.failover = Failover(runtime.connection, self.settings.failover_after_s)
         parts.committer = GroupCommitter(
             runtime.connection,
             self.settings.max_batch_messages,
             self.settings.request_timeout_s,
             on_batch=lambda size: metrics.batch_size.record(size),
+            failover=parts.failover,
         )
         parts.committer.start()
         parts.service = CommandService(runtime.connection, self.settings, parts.committer, metrics)
@@ -75,5 +79,7 @@ class Gateway:
             await self.parts.listener.stop()
         if self.parts.committer is not None:
             await self.parts.committer.stop()
+        if self.parts.failover is not None:
+            await self.parts.failover.stop()
         if self.parts.service is not None:
             await self.parts.service.close()

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from services.adapters.append import SessionAppend, publish_atomic
+from services.adapters.append_errors import AppendFailure, append_failure
 from services.adapters.ids import new_uuid7
-from services.adapters.jetstream import (
-    AppendFailure,
-    JetStreamApiError,
-    SessionAppend,
-    append_failure,
-    publish_atomic,
-)
+from services.adapters.jetstream import JetStreamApiError
+from services.gateway.failover import Failover
+
+#: A batch is given at least this long for its PubAck, however late its commands are.
+MIN_COMMIT_TIMEOUT_S = 0.05
 
 
 class CommitConflict(Exception):
@@ -45,10 +45,12 @@ class CommitFailed(Exception):
     """The server refused the batch for a reason a retry will not change; nothing stored."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Waiting:
     append: SessionAppend
     done: asyncio.Future[list[int]]
+    #: Loop time after which nobody waits for the outcome (None: no limit).
+    expires: float | None = None
 
 
 _FAILURES: dict[AppendFailure, type[Exception]] = {
@@ -72,8 +74,10 @@ class GroupCommitter:
         max_messages: int = 1000,
         timeout_s: float = 5.0,
         on_batch: Callable[[int], None] | None = None,
+        failover: Failover | None = None,
     ) -> None:
         self._nc = nc
+        self._failover = failover
         self._max_messages = max_messages
         self._timeout_s = timeout_s
         self._on_batch = on_batch
@@ -95,36 +99,73 @@ class GroupCommitter:
             if not waiting.done.done():
                 waiting.done.set_exception(CommitFailed("gateway stopping"))
 
-    async def commit(self, append: SessionAppend) -> list[int]:
-        """Store one command's events; returns their stream sequences."""
-        done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Waiting(append, done))
+    async def commit(self, append: SessionAppend, timeout_s: float | None = None) -> list[int]:
+        """Store one command's events; returns their stream sequences.
+
+        With `timeout_s`, wait no longer than that: a command still queued behind the batch
+        in flight is withdrawn (`CommitUnavailable`, nothing was sent); one already sent is
+        `CommitUncertain` (it may land without anyone waiting for it).
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[int]] = loop.create_future()
+        expires = None if timeout_s is None else loop.time() + timeout_s
+        waiting = _Waiting(append, done, expires)
+        self._queue.append(waiting)
         self._wake.set()
-        return await done
+        if timeout_s is None:
+            return await done
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), max(timeout_s, 0.0))
+        except TimeoutError:
+            done.cancel()
+            if waiting in self._queue:
+                self._queue.remove(waiting)
+                raise CommitUnavailable("still queued behind the batch in flight") from None
+            raise CommitUncertain("sent; no answer before the command's deadline") from None
 
     def _take_group(self) -> list[_Waiting]:
-        group = [self._queue.popleft()]
-        size = len(group[0].append.events)
-        while self._queue and size + len(self._queue[0].append.events) <= self._max_messages:
-            waiting = self._queue.popleft()
+        group: list[_Waiting] = []
+        size = 0
+        while self._queue:
+            waiting = self._queue[0]
+            if waiting.done.done():  # its caller stopped waiting: never send it
+                self._queue.popleft()
+                continue
+            if group and size + len(waiting.append.events) > self._max_messages:
+                break
+            self._queue.popleft()
             size += len(waiting.append.events)
             group.append(waiting)
         return group
+
+    def _timeout_of(self, group: list[_Waiting]) -> float:
+        """The batch's commit timeout: no longer than anyone of the group still waits."""
+        if any(waiting.expires is None for waiting in group):
+            return self._timeout_s
+        latest = max(waiting.expires or 0.0 for waiting in group)
+        left = latest - asyncio.get_running_loop().time()
+        return min(self._timeout_s, max(left, MIN_COMMIT_TIMEOUT_S))
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                await self._commit(self._take_group())
+                group = self._take_group()
+                if group:
+                    await self._commit(group)
 
     async def _commit(self, group: list[_Waiting]) -> None:
         try:
             last_seq = await publish_atomic(
-                self._nc, [waiting.append for waiting in group], new_uuid7(), self._timeout_s
+                self._nc,
+                [waiting.append for waiting in group],
+                new_uuid7(),
+                self._timeout_of(group),
             )
         except (JetStreamApiError, TimeoutError, NatsError) as exc:
             failure = append_failure(exc)
+            self._watch_leader(exc, failure)
             if (
                 len(group) > 1
                 and isinstance(exc, JetStreamApiError)
@@ -133,12 +174,15 @@ class GroupCommitter:
                 # One session's expectation (or one command's ids or content) sank the whole
                 # group: find it by committing each command alone.
                 for waiting in group:
-                    await self._commit([waiting])
+                    if not waiting.done.done():  # else its caller already heard "uncertain"
+                        await self._commit([waiting])
                 return
             # No answer or no stream: the same for every command of the group.
             for waiting in group:
                 _fail(waiting, _classify(exc))
             return
+        if self._failover is not None:
+            self._failover.answered()
         if self._on_batch is not None:
             self._on_batch(len(group))
         total = sum(len(waiting.append.events) for waiting in group)
@@ -148,6 +192,17 @@ class GroupCommitter:
             if not waiting.done.done():
                 waiting.done.set_result(list(range(next_seq, next_seq + count)))
             next_seq += count
+
+    def _watch_leader(self, exc: BaseException, failure: AppendFailure) -> None:
+        """Tell the fail-over whether a leader answered: a conflict or a refusal is an answer;
+        no responders, no answer at all or a "no leader" error is not."""
+        if self._failover is None:
+            return
+        answered = isinstance(exc, JetStreamApiError) and failure is not AppendFailure.UNAVAILABLE
+        if answered:
+            self._failover.answered()
+        else:
+            self._failover.leaderless()
 
 
 def _fail(waiting: _Waiting, exc: Exception) -> None:

@@ -14,16 +14,11 @@ from nats.aio.client import Client
 
 from contracts.errors import ErrorCode
 from contracts.records import Tombstone
-from contracts.replies import ErrorReply
 from contracts.subjects import AUDIT_FORGOTTEN, session_subject_filter, session_token
 from services.adapters.ids import utc_now_millis
-from services.adapters.jetstream import last_session_seq
+from services.adapters.session_read import last_session_seq
 from services.adapters.settings import Settings
-
-
-def error_reply(code: ErrorCode, message: str) -> dict[str, Any]:
-    """The wire form of a coded error."""
-    return ErrorReply.model_validate({"error": {"code": code, "message": message}}).to_wire()
+from services.gateway.replies import error_reply
 
 
 class Forgetter:

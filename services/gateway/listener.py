@@ -1,12 +1,11 @@
-"""The gateway's command subscription: a raw nats-py queue subscription on `reminders.v1.*`.
+"""The gateway's command subscription: a plain nats-py queue subscription on `reminders.v1.*`.
 
-Commands are the write hot path, and FastStream's per-message handler pipeline served far
-fewer commands than a plain nats-py queue subscription that hands each message to a task
-(group commit needs many commands in flight at once; figures in `bench/results/`). So the
-gateway keeps FastStream for its lifecycle
-and declares its subjects in the AsyncAPI document, but reads commands here, with a bound on
-the commands in flight and one consumer span per command, as the FastStream middleware made,
-when spans are exported at all.
+Commands are the write hot path, and group commit needs many of them in flight at once, so
+each message is handed to its own task, with a bound on the commands in flight (which holds
+back the subscription) and one consumer span per command when spans are exported at all.
+The gateway runs in the shared worker runtime like every other worker (`services/runtime.py`);
+its subjects are declared in the AsyncAPI document (`reminders asyncapi`), generated from the
+contracts, not from this code.
 """
 
 from __future__ import annotations

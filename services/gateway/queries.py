@@ -2,9 +2,9 @@
 
 A query must see every command whose reply was sent before it arrived: read the session's
 last stream sequence with one direct get, then wait — on the replica's one shared watch of
-the bucket (`watch.py`), not a poll and not a watcher per query — until the projection has
-applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the projection with
-`stale: true`.
+the bucket (`ProjectionWatch` in `services/adapters/projection.py`), not a poll and not a
+watcher per query — until the projection has applied it (or `min_seq`), up to `timeout_ms`;
+past that, answer from the projection with `stale: true`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from nats.aio.client import Client
 
 from contracts.state import SessionState
 from contracts.subjects import session_token
-from services.adapters.jetstream import last_session_seq
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
+from services.adapters.session_read import last_session_seq
 from services.adapters.settings import Settings
 
 DEFAULT_TIMEOUT_MS = 2000

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
 from contracts.errors import ErrorCode
 from contracts.spec import MODE_ALIASES
 
@@ -203,6 +205,23 @@ async def _notification(serve: Serve, method: str, params: dict[str, Any]) -> No
     if not isinstance(reminder, dict):
         raise _shape_error("reminder must be an object")
     await _inject(serve, _session_id(session_id), _mode(params.get("mode")), _spec_fields(reminder))
+
+
+async def handle_rpc_bytes(serve: Serve, data: bytes) -> dict[str, Any] | None:
+    """One JSON-RPC message as received; the response (None for a notification). Never
+    raises: whatever broke behind a request, its caller gets an error response."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _response(None, error=RpcError(PARSE_ERROR, "Parse error"))
+    try:
+        return await handle_rpc(serve, raw)
+    except Exception:  # the caller must get an answer whatever broke; logged, no body
+        log.exception("rpc failed")
+        if isinstance(raw, dict) and "id" not in raw:
+            return None  # a notification: nobody waits for an answer
+        unavailable = RpcError(SERVER_ERROR, "unavailable", {"code": "unavailable"})
+        return _response(raw.get("id") if isinstance(raw, dict) else None, error=unavailable)
 
 
 async def handle_rpc(serve: Serve, raw: object) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 from contracts import events as ev
 from contracts.subjects import EVENT_SUBJECTS, acp_subject
 from core import session_token
-from services.adapters.jetstream import DurableConsumer
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, durable_consumer

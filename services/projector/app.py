@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
-from services.adapters.jetstream import DurableConsumer
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.records import KvSessionStore
 from services.adapters.settings import Settings
 from services.adapters.telemetry import (

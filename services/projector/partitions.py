@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from nats.aio.msg import Msg
 
 from contracts.subjects import EVENT_SUBJECTS
-from services.adapters.jetstream import DurableConsumer
 from services.adapters.partitions import (
     H_STREAM_SOURCE,
     origin_of,
@@ -24,6 +23,7 @@ from services.adapters.partitions import (
     partition_filter,
     partition_stream,
 )
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.projector.adapters import NatsDelivery
 from services.projector.consumer import pinned_consumer_config

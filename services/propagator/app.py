@@ -16,7 +16,7 @@ from typing import Any
 
 from contracts.events import Event, HandedOff
 from contracts.subjects import kind_subject_filter
-from services.adapters.jetstream import DurableConsumer
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, dead_letter, durable_consumer, retry

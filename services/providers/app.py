@@ -43,9 +43,9 @@ from contracts.subjects import (
     session_token,
 )
 from core.providers import ProvidersConfig, evaluate_event, evaluation_request_id
-from services.adapters.jetstream import DurableConsumer
 from services.adapters.plugins import load_providers_config
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
+from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, dead_letter, retry

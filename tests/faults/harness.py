@@ -29,7 +29,7 @@ from contracts.events import HandedOff
 from contracts.state import SessionState
 from core import fold_all
 from replay.rebuild import verify_projection
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 

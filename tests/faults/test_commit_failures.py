@@ -9,13 +9,10 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.decode import decode
-from services.adapters.jetstream import (
-    AppendFailure,
-    JetStreamApiError,
-    SessionAppend,
-    append_failure,
-    read_session,
-)
+from services.adapters.append import SessionAppend
+from services.adapters.append_errors import AppendFailure, append_failure
+from services.adapters.jetstream import JetStreamApiError
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import CommitUnavailable, CommitUncertain, GroupCommitter
 from services.gateway.service import CommandService
@@ -47,13 +44,13 @@ class Flaky(GroupCommitter):
         self.store = store
         self.calls = 0
 
-    async def commit(self, append: SessionAppend) -> list[int]:
+    async def commit(self, append: SessionAppend, timeout_s: float | None = None) -> list[int]:
         self.calls += 1
         if self.calls <= self.failures:
             if self.store:
-                await super().commit(append)
+                await super().commit(append, timeout_s)
             raise self.error
-        return await super().commit(append)
+        return await super().commit(append, timeout_s)
 
 
 def gateway(nc: Client, settings: Settings, committer: GroupCommitter) -> CommandService:

@@ -35,7 +35,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from core.canonical import session_token
-from services.adapters.jetstream import last_session_seq
+from services.adapters.session_read import last_session_seq
 from tests.fuzz.inputs import (
     ABSENT,
     MARKUP,

@@ -8,7 +8,7 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 

@@ -12,17 +12,15 @@ from contracts.events import Event
 from contracts.state import SessionState
 from core import fold_all, handle
 from core.canonical import event_subject
+from services.adapters.append import SessionAppend, encode_event, publish_atomic
 from services.adapters.jetstream import (
     H_BATCH_COMMIT,
     H_BATCH_ID,
     H_BATCH_SEQ,
     H_MSG_ID,
     JetStreamApiError,
-    SessionAppend,
-    encode_event,
-    publish_atomic,
-    read_session,
 )
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import CommitConflict, GroupCommitter
 from tests.support import context_for

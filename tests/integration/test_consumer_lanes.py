@@ -10,7 +10,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 from opentelemetry.trace import NoOpTracer
 
-from services.adapters.jetstream import DurableConsumer, ensure_consumer
+from services.adapters.provisioning import DurableConsumer, ensure_consumer
 from services.adapters.settings import Settings
 from services.consumer import ACK, EventConsumer, Outcome, retry
 from services.runtime import Runtime

@@ -14,7 +14,7 @@ from contracts.decode import decode
 from contracts.events import Event
 from core import chain_link
 from core.canonical import session_token
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 

@@ -10,7 +10,8 @@ import pytest
 from nats.aio.client import Client
 
 from contracts.decode import decode
-from services.adapters.jetstream import SessionAppend, read_session
+from services.adapters.append import SessionAppend
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import CommitUncertain, GroupCommitter
 from services.gateway.service import CommandService
@@ -24,8 +25,8 @@ class LostAckCommitter(GroupCommitter):
         self.other = other
         self.lost = 0
 
-    async def commit(self, append: SessionAppend) -> list[int]:
-        seqs = await super().commit(append)
+    async def commit(self, append: SessionAppend, timeout_s: float | None = None) -> list[int]:
+        seqs = await super().commit(append, timeout_s)
         if self.lost == 0 and self.other is not None:
             self.lost += 1
             body = {"session_id": append.session_id, "reminder": {"body": "someone else"}}

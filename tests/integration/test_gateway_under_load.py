@@ -14,7 +14,7 @@ from contracts.decode import decode
 from contracts.errors import ReminderError
 from contracts.state import SessionState
 from core import fold_all
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.gateway.committer import GroupCommitter
 from services.gateway.service import CommandService

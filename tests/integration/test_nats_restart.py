@@ -8,7 +8,7 @@ import pytest
 
 from client.sdk import ReminderClient
 from services.adapters.connection import connect
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.conftest import NatsUnderTest
 from tests.processes import ServiceRunner

@@ -24,8 +24,8 @@ from cli.embedded import EmbeddedNats
 from cli.provision import provision_all
 from client.sdk import ReminderClient
 from contracts.records import Tombstone
-from services.adapters.jetstream import ProvisionError, consumer_info
 from services.adapters.partitions import partition_durable, partition_stream
+from services.adapters.provisioning import ProvisionError, consumer_info
 from services.adapters.settings import Settings
 from tests.integration.read_side import projected, wait_projected_equal
 from tests.integration.test_permissions import as_user, connect_as, secured_server

@@ -12,7 +12,7 @@ from cli.provision import provision_all
 from client.sdk import ReminderClient
 from contracts.records import Tombstone
 from contracts.state import SessionState
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.integration.read_side import projected, replayed, wait_projected_equal
 from tests.processes import ServiceRunner

@@ -16,7 +16,7 @@ from cli.provision import provision_all
 from client.sdk import ReminderClient
 from contracts.decode import decode
 from contracts.events import Event, ProviderEvaluated
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 from tests.unit.plugin_support import write_plugin_dist

@@ -6,7 +6,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
 
-from services.adapters.jetstream import (
+from services.adapters.provisioning import (
     ProvisionError,
     ensure_bucket,
     event_stream_config,

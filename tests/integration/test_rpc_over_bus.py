@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 

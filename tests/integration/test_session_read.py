@@ -13,15 +13,9 @@ from contracts.events import Event
 from contracts.state import SessionState
 from contracts.subjects import event_subject, session_subject_filter
 from core import fold_all, handle
-from services.adapters import jetstream
-from services.adapters.jetstream import (
-    RawStored,
-    SessionAppend,
-    encode_event,
-    publish_atomic,
-    read_session,
-    session_messages,
-)
+from services.adapters import session_read
+from services.adapters.append import SessionAppend, encode_event, publish_atomic
+from services.adapters.session_read import RawStored, read_session, session_messages
 from services.adapters.settings import Settings
 from tests.support import context_for
 
@@ -61,15 +55,15 @@ async def interleave(nc: Client, sessions: dict[str, list[tuple[Event, ...]]]) -
 async def scanned(nc: Client, stream: str, session_id: str, after_seq: int = 0) -> list[int]:
     filter_ = session_subject_filter(session_id)
     return [
-        raw.stream_seq async for raw in jetstream.iterate_direct(nc, stream, filter_, after_seq)
+        raw.stream_seq async for raw in session_read.iterate_direct(nc, stream, filter_, after_seq)
     ]
 
 
 @pytest.fixture
 def walk_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every read walks, however small the stream, with short walks (more anchors)."""
-    monkeypatch.setattr(jetstream, "SCAN_SKIP_LIMIT", -1)
-    monkeypatch.setattr(jetstream, "CHAIN_LANE_LENGTH", 2)
+    monkeypatch.setattr(session_read, "SCAN_SKIP_LIMIT", -1)
+    monkeypatch.setattr(session_read, "CHAIN_LANE_LENGTH", 2)
 
 
 def no_scan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +71,7 @@ def no_scan(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("scanned instead of walking")
         yield  # pragma: no cover
 
-    monkeypatch.setattr(jetstream, "iterate_direct", refuse)
+    monkeypatch.setattr(session_read, "iterate_direct", refuse)
 
 
 @pytest.mark.usefixtures("walk_always")

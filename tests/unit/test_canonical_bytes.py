@@ -20,7 +20,7 @@ from core.canonical import (
     linked,
     sha256_hex,
 )
-from services.adapters.jetstream import encode_event
+from services.adapters.append import encode_event
 from tests.support import Driver
 
 #: Every code point, lone surrogates included (hypothesis leaves them out by default).

@@ -1,0 +1,91 @@
+"""The atomic append (SPEC §3.4): several sessions' events as one JetStream atomic batch, each
+session with its optimistic-concurrency expectation, and what each way it can fail means.
+
+Facts this module relies on, measured against nats-server 2.15:
+- only the commit message gets a PubAck `{"stream", "seq": <last>, "batch", "count"}`;
+- a wrong expectation anywhere fails the whole batch with err_code 10071
+  ("wrong last sequence: N"); nothing is stored;
+- a `Nats-Msg-Id` already stored fails the whole batch with err_code 10201, so an exact
+  retry after a lost PubAck is reported as a failure, not as a duplicate;
+- expectations are checked against the stream as it was before the batch, so each session
+  carries exactly one expectation, on its first message;
+- while a replicated stream elects a new leader (a node died), a commit gets no responders,
+  a 503 "JetStream system temporarily unavailable" (10008), an "atomic publish batch is
+  incomplete" (10176, the batch's first messages went to the old leader) or no answer at
+  all. None of these says anything about the session; `append_errors` sorts them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+from nats.aio.client import Client
+
+from contracts.events import Event
+from contracts.subjects import event_subject, session_subject_filter
+from core.canonical import canonical_bytes
+from services.adapters.jetstream import (
+    H_BATCH_COMMIT,
+    H_BATCH_ID,
+    H_BATCH_SEQ,
+    H_EXPECTED_SEQ,
+    H_EXPECTED_SUBJECT,
+    H_MSG_ID,
+    JetStreamApiError,
+)
+
+
+@dataclass(frozen=True)
+class SessionAppend:
+    """One command's events for one session, with the OCC expectation."""
+
+    session_id: str
+    expected_last_seq: int
+    events: tuple[Event, ...]
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The events' wire bytes when the decision already made them (`Decision.encoded`);
+    #: empty to have `publish_atomic` encode them.
+    encoded: tuple[bytes, ...] = ()
+
+
+def encode_event(event: Event) -> bytes:
+    """Wire bytes of one event: its canonical form (SPEC §3.3.1), `chain` included."""
+    return canonical_bytes(event.to_wire())
+
+
+async def publish_atomic(
+    nc: Client, appends: Sequence[SessionAppend], batch_id: str, timeout_s: float = 5.0
+) -> int:
+    """Append several sessions' events as one atomic batch; returns the last stream seq.
+
+    Raises `JetStreamApiError` when the server rejects the batch (nothing was stored), or a
+    nats-py error (timeout, no responders, connection trouble); `append_failure` (in
+    `append_errors`) tells which
+    of these may have stored it.
+    """
+    messages: list[tuple[str, bytes, dict[str, str]]] = []
+    for append in appends:
+        encoded = append.encoded or tuple(encode_event(event) for event in append.events)
+        for index, (event, data) in enumerate(zip(append.events, encoded, strict=True)):
+            headers = {H_MSG_ID: event.event_id, **append.headers}
+            if index == 0:
+                headers[H_EXPECTED_SEQ] = str(append.expected_last_seq)
+                headers[H_EXPECTED_SUBJECT] = session_subject_filter(append.session_id)
+            messages.append((event_subject(event.kind, event.session_id), data, headers))
+    if not messages:
+        raise ValueError("an atomic batch needs at least one message")
+    last = len(messages)
+    for position, (subject, data, headers) in enumerate(messages, start=1):
+        headers = {**headers, H_BATCH_ID: batch_id, H_BATCH_SEQ: str(position)}
+        if position < last:
+            await nc.publish(subject, data, headers=headers)
+            continue
+        headers[H_BATCH_COMMIT] = "1"
+        reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
+        ack = orjson.loads(reply.data)
+        if "error" in ack:
+            raise JetStreamApiError(ack["error"])
+        return int(ack["seq"])
+    raise AssertionError("unreachable")

@@ -1,0 +1,326 @@
+"""Reading one session back: its stored events in order, with direct gets only —
+no consumer is made, so a reader needs no right to create one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
+
+from contracts.stored import StoredEvent
+from contracts.subjects import (
+    last_token,
+    parse_event_subject,
+    session_subject_filter,
+    session_token,
+)
+from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT, JetStreamApiError
+
+
+@dataclass(frozen=True)
+class RawStored:
+    """One stored message as a direct get returned it, with how many matching ones follow."""
+
+    data: bytes
+    stream_seq: int
+    subject: str
+    pending: int
+
+
+async def iterate_direct(
+    nc: Client,
+    stream: str,
+    subject_filter: str,
+    after_seq: int = 0,
+    batch: int = 512,
+    timeout_s: float = 5.0,
+) -> AsyncIterator[RawStored]:
+    """Every stored message matching `subject_filter` after `after_seq`, in order, read with
+    batched direct gets.
+
+    No consumer is made, so a reader needs no right to create one (a reader that may create
+    consumers may also make the server deliver to any subject it names). The server sends
+    only the matching messages, but to find them it steps over every message stored between
+    the first and the last of them (`session_messages` reads a session without that).
+    """
+    next_seq = after_seq + 1
+    while True:
+        inbox = nc.new_inbox()
+        subscription = await nc.subscribe(inbox)
+        more = False
+        try:
+            request = {"next_by_subj": subject_filter, "seq": next_seq, "batch": batch}
+            await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
+            while True:
+                message = await subscription.next_msg(timeout=timeout_s)
+                headers = message.headers or {}
+                status = headers.get("Status")
+                if status == "404":
+                    return
+                if status == "204":
+                    more = int(headers.get("Nats-Num-Pending", "0")) > 0
+                    break
+                if status:
+                    raise JetStreamApiError(
+                        {"code": int(status), "description": headers.get("Description", "")}
+                    )
+                stream_seq = int(headers["Nats-Sequence"])
+                yield RawStored(
+                    message.data,
+                    stream_seq,
+                    headers["Nats-Subject"],
+                    int(headers.get("Nats-Num-Pending", "0")),
+                )
+                next_seq = stream_seq + 1
+        finally:
+            await subscription.unsubscribe()
+        if not more:
+            return
+
+
+#: Foreign messages a subject-filtered scan may step over before a session read follows its
+#: back-pointers instead (see `session_messages`).
+SCAN_SKIP_LIMIT = 20_000
+#: Messages each concurrent back-pointer walk covers on average, and how many walks at most.
+CHAIN_LANE_LENGTH = 16
+CHAIN_MAX_LANES = 256
+
+
+class _BrokenChain(Exception):
+    """The back-pointers do not lead through the whole session: read it by scanning."""
+
+
+class _NotStored(_BrokenChain):
+    """The server has no message for that get."""
+
+
+class _DirectGetter:
+    """Single-message direct gets, many in flight, answered on one inbox subscription."""
+
+    def __init__(self, nc: Client, stream: str, timeout_s: float) -> None:
+        self._nc = nc
+        self._subject = f"$JS.API.DIRECT.GET.{stream}"
+        self._timeout_s = timeout_s
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._prefix = nc.new_inbox()
+        self._count = 0
+        self._subscription: Subscription | None = None
+        self.sent = 0
+
+    async def __aenter__(self) -> _DirectGetter:
+        self._subscription = await self._nc.subscribe(f"{self._prefix}.*", cb=self._answer)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._subscription is not None:
+            await self._subscription.unsubscribe()
+        for future in self._waiting.values():
+            future.cancel()
+
+    async def _answer(self, message: Msg) -> None:
+        future = self._waiting.pop(message.subject, None)
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    async def get(self, request: dict[str, Any]) -> Msg:
+        """One stored message; a missing one (or any error status) breaks the chain."""
+        self._count += 1
+        reply = f"{self._prefix}.{self._count}"
+        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self._waiting[reply] = future
+        await self._nc.publish(self._subject, orjson.dumps(request), reply=reply)
+        try:
+            message = await asyncio.wait_for(future, self._timeout_s)
+        except TimeoutError:
+            self._waiting.pop(reply, None)
+            raise nats.errors.TimeoutError from None
+        status = (message.headers or {}).get("Status")
+        if status == "404":
+            raise _NotStored(str(request))
+        if status or not message.headers:
+            raise _BrokenChain(str(status))
+        self.sent += 1
+        return message
+
+
+async def session_messages(
+    nc: Client,
+    stream: str,
+    session_id: str,
+    after_seq: int = 0,
+    batch: int = 512,
+    timeout_s: float = 5.0,
+) -> tuple[list[RawStored], int]:
+    """One session's stored messages after `after_seq`, in order, and how many the server sent.
+
+    A subject-filtered read makes the server step over every message stored between two of
+    the session's events (a file block holds too many subjects for its subject index to
+    help), so its cost grows with the stream the session is spread over. A whole session in
+    a large stream is read by sequence instead (`_walk_session`), and kept only when it is
+    exactly as many messages of the session as the server counts; otherwise, and for a read
+    after `after_seq` (the new events of a session already read), the scan.
+    """
+    subject_filter = session_subject_filter(session_id)
+    sent = 0
+    try:
+        state = await _session_state(nc, stream, subject_filter, timeout_s)
+    except NoRespondersError:
+        state = None  # the scan reports it as it always did
+    if state is not None and not state[0]:
+        return [], 0
+    if after_seq == 0 and state is not None:
+        subjects, stream_messages = state
+        count = sum(subjects.values())
+        if stream_messages - count > SCAN_SKIP_LIMIT:
+            try:
+                async with _DirectGetter(nc, stream, timeout_s) as getter:
+                    try:
+                        found = await _walk_session(getter, session_id, subjects)
+                        return _in_order(found, count), getter.sent
+                    finally:
+                        sent = getter.sent
+            except _BrokenChain:
+                pass
+    messages = [
+        raw async for raw in iterate_direct(nc, stream, subject_filter, after_seq, batch, timeout_s)
+    ]
+    return messages, sent + len(messages)
+
+
+async def _session_state(
+    nc: Client, stream: str, subject_filter: str, timeout_s: float
+) -> tuple[dict[str, int], int] | None:
+    """(messages per subject matching the filter, messages in the stream), or None when the
+    server will not say (no right to ask, no such stream): the caller then scans, which says
+    why."""
+    request = orjson.dumps({"subjects_filter": subject_filter})
+    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", request, timeout=timeout_s)
+    answer = orjson.loads(reply.data)
+    if not isinstance(answer, dict) or "error" in answer:
+        return None
+    state = answer.get("state") or {}
+    subjects = state.get("subjects") or {}
+    return {str(k): int(n) for k, n in subjects.items()}, int(state.get("messages", 0))
+
+
+def _previous_seq(seq: int, headers: dict[str, str], subject_filter: str) -> int:
+    """Stream seq of the session's event before the one stored at `seq`.
+
+    The first event of an append carries the expectation the server checked when it stored
+    it (the session's last seq then, under the session's own filter); an append's other
+    events follow it directly, so theirs is the seq just before.
+    """
+    expected = headers.get(H_EXPECTED_SEQ)
+    if expected is not None and headers.get(H_EXPECTED_SUBJECT) == subject_filter:
+        return int(expected)
+    return seq - 1
+
+
+async def _walk_session(
+    getter: _DirectGetter, session_id: str, subjects: dict[str, int]
+) -> dict[int, tuple[Msg, int]]:
+    """Each message of the session by seq, with the seq of the one before it, following the
+    back-pointers (`_previous_seq`); raises `_BrokenChain` when they do not hold.
+
+    The session's last event and a few anchors spread below it split the chain into walks
+    that run concurrently, each down to the anchor below its own. Anchors are looked up by
+    the session's busiest literal subject, not its wildcard filter: for a literal subject the
+    server skips blocks without it and scans at most one, where a wildcard lookup would scan
+    everything up to the next match.
+    """
+    subject_filter = session_subject_filter(session_id)
+    token = session_token(session_id)
+    found: dict[int, tuple[Msg, int]] = {}
+
+    def keep(message: Msg) -> int:
+        headers = message.headers or {}
+        seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
+        previous = _previous_seq(seq, headers, subject_filter)
+        # Pointing up, or off the session: not a chain the server vouched for (a copy of the
+        # stream renumbered, a message written some other way).
+        if previous >= seq or parse_event_subject(subject) is None or last_token(subject) != token:
+            raise _BrokenChain(subject)
+        found[seq] = (message, previous)
+        return previous
+
+    async def anchor(subject: str, start: int) -> None:
+        # None of that subject from there on: the walk below it is longer, that is all.
+        with contextlib.suppress(_NotStored):
+            keep(await getter.get({"next_by_subj": subject, "seq": start}))
+
+    keep(await getter.get({"last_by_subj": subject_filter}))
+    high = max(found)
+    lanes = min(CHAIN_MAX_LANES, max(1, sum(subjects.values()) // CHAIN_LANE_LENGTH))
+    busiest = max(subjects, key=lambda subject: subjects[subject])
+    await asyncio.gather(*(anchor(busiest, 1 + high * n // lanes) for n in range(lanes)))
+    order = sorted(found)
+
+    async def walk(floor: int, top: int) -> None:
+        previous = found[top][1]
+        while previous > floor:
+            previous = keep(await getter.get({"seq": previous}))
+        if previous != floor:
+            raise _BrokenChain(f"the walk from {top} skips {floor}")
+
+    await asyncio.gather(*(walk(f, t) for f, t in zip([0, *order[:-1]], order, strict=True)))
+    return found
+
+
+def _in_order(found: dict[int, tuple[Msg, int]], count: int) -> list[RawStored]:
+    """The walked messages in stream order, if they are as many as the server counts: then,
+    all of them on the session's subjects and at distinct seqs, they are the whole session,
+    whatever the back-pointers said."""
+    if len(found) != count:
+        raise _BrokenChain(f"found {len(found)} of {count}")
+    seqs = sorted(found)
+    return [
+        RawStored(
+            found[seq][0].data,
+            seq,
+            (found[seq][0].headers or {})["Nats-Subject"],
+            count - index - 1,
+        )
+        for index, seq in enumerate(seqs)
+    ]
+
+
+async def read_session(
+    nc: Client,
+    stream: str,
+    session_id: str,
+    after_seq: int = 0,
+    batch: int = 512,
+    timeout_s: float = 5.0,
+) -> list[StoredEvent]:
+    """Every stored event of one session after `after_seq`, in order (`session_messages`).
+
+    Decode each with `contracts.decode.decode(stored.envelope)`; a body that is not a JSON
+    object raises `contracts.decode.DecodeError` here.
+    """
+    messages, _ = await session_messages(nc, stream, session_id, after_seq, batch, timeout_s)
+    return [StoredEvent.from_bytes(raw.data, raw.stream_seq, raw.subject) for raw in messages]
+
+
+async def last_session_seq(nc: Client, stream: str, session_id: str, timeout_s: float = 5.0) -> int:
+    """Stream sequence of the session's last event (0 when it has none): one direct get."""
+    request = {"last_by_subj": session_subject_filter(session_id)}
+    reply = await nc.request(
+        f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), timeout=timeout_s
+    )
+    headers = reply.headers or {}
+    if headers.get("Status") == "404":
+        return 0
+    if headers.get("Status"):
+        raise JetStreamApiError(
+            {"code": int(headers["Status"]), "description": headers.get("Description", "")}
+        )
+    return int(headers["Nats-Sequence"])

@@ -1,0 +1,265 @@
+"""The gateway's command path is a plain function of (command, ports): tested here without a
+broker, against an in-memory log, scripted commit failures and a clock only the test moves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.commands import Command, parse_command
+from contracts.events import Event
+from contracts.state import SessionState
+from core import CommandContext, CoreConfig, fold_all
+from services.adapters.append import SessionAppend
+from services.gateway.command import (
+    CachedSession,
+    Deadline,
+    LogUnavailable,
+    run_command,
+)
+from services.gateway.committer import (
+    CommitConflict,
+    CommitFailed,
+    CommitUnavailable,
+    CommitUncertain,
+)
+from tests.support import context_for
+
+TIMEOUT_S = 5.0
+
+
+class FakePorts:
+    """An in-memory log of one gateway's sessions; `failures` are raised by the next commits
+    (a tuple `(error, True)` stores the batch first, as a leader that stepped down after
+    committing would); reads fail (after up to 1 s) while `reads_fail` is positive. Every
+    wait advances the fake clock by the time it took."""
+
+    def __init__(self, *failures: Exception | tuple[Exception, bool], conflict_retries: int = 5):
+        self.core = CoreConfig()
+        self.conflict_retries = conflict_retries
+        self.now = 100.0
+        self.log: list[tuple[Event, int]] = []
+        self.failures = list(failures)
+        self.reads_fail = 0
+        self.commits = 0
+        self.conflicts = 0
+        self.refuse: dict[str, Any] | None = None
+        self.checked: list[SessionState] = []
+        self.commit_takes_s = 0.0
+        self.commit_timeouts: list[float] = []
+        self.cached: CachedSession | None = None
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def jitter(self) -> float:
+        return 0.5
+
+    def new_context(self) -> CommandContext:
+        return context_for(1, "n0nce")
+
+    async def load(self, session_id: str, timeout_s: float) -> CachedSession:
+        if self.cached is not None:
+            return self.cached
+        entry, _ = await self.read(session_id, timeout_s)
+        return entry
+
+    async def read(
+        self, session_id: str, timeout_s: float
+    ) -> tuple[CachedSession, list[tuple[Event, int]]]:
+        assert timeout_s > 0
+        if self.reads_fail:
+            self.reads_fail -= 1
+            self.now += min(1.0, timeout_s)
+            raise LogUnavailable("read timed out")
+        events = [(event, seq) for event, seq in self.log if event.session_id == session_id]
+        last = events[-1][1] if events else 0
+        return CachedSession(fold_all(SessionState(), events), last), events
+
+    async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
+        self.commits += 1
+        self.commit_timeouts.append(timeout_s)
+        if self.commit_takes_s >= timeout_s:  # a paused leader: no PubAck in time
+            self.now += timeout_s
+            raise CommitUncertain("no answer before the deadline")
+        self.now += self.commit_takes_s
+        failure = self.failures.pop(0) if self.failures else None
+        if isinstance(failure, tuple):
+            self._store(append)
+            raise failure[0]
+        if failure is not None:
+            raise failure
+        last = max(
+            (seq for event, seq in self.log if event.session_id == append.session_id), default=0
+        )
+        if last != append.expected_last_seq:
+            raise CommitConflict("wrong last sequence")
+        return self._store(append)
+
+    def _store(self, append: SessionAppend) -> list[int]:
+        start = len(self.log) + 1
+        seqs = list(range(start, start + len(append.events)))
+        self.log.extend(zip(append.events, seqs, strict=True))
+        return seqs
+
+    def check_caller(self, command: Command, state: SessionState) -> dict[str, Any] | None:
+        self.checked.append(state)
+        return self.refuse
+
+    def remember(self, entry: CachedSession, events: tuple[Event, ...], seqs: list[int]) -> None:
+        self.cached = CachedSession(
+            fold_all(entry.state, list(zip(events, seqs, strict=True))), seqs[-1]
+        )
+
+    def forget_cached(self, session_id: str, conflict: bool) -> None:
+        self.cached = None
+        self.conflicts += conflict
+
+    def deadline(self) -> Deadline:
+        return Deadline(self.now + TIMEOUT_S, self)
+
+
+def inject(body: str = "check the tests", session_id: str = "s1") -> tuple[Command, list[Any]]:
+    command, warnings = parse_command(
+        "inject", {"session_id": session_id, "reminder": {"body": body}}
+    )
+    return command, list(warnings)
+
+
+async def run(ports: FakePorts, command: tuple[Command, list[Any]] | None = None) -> dict[str, Any]:
+    command = command or inject()
+    deadline = ports.deadline()
+    reply = await run_command(command[0], command[1], ports, deadline)
+    assert ports.now <= deadline.at, "the reply went out after the command's deadline"
+    return reply
+
+
+def kinds(ports: FakePorts) -> list[str]:
+    return [event.kind for event, _ in ports.log]
+
+
+async def test_a_command_is_loaded_checked_decided_committed_and_answered() -> None:
+    ports = FakePorts()
+    reply = await run(ports)
+    assert reply["ok"] is True and reply["session_seq"] == 1
+    assert kinds(ports) == ["injected"]
+    assert ports.checked == [SessionState()]
+    assert ports.cached is not None and ports.cached.last_stream_seq == 1
+
+
+async def test_the_caller_check_runs_before_decide_and_a_refusal_appends_nothing() -> None:
+    ports = FakePorts()
+    ports.refuse = {"ok": False, "error": {"code": "forbidden", "message": "no", "details": {}}}
+    reply = await run(ports)
+    assert reply == ports.refuse
+    assert ports.log == [] and ports.commits == 0
+
+
+async def test_a_conflict_re_reads_and_decides_again() -> None:
+    ports = FakePorts(CommitConflict("wrong last sequence"))
+    reply = await run(ports)
+    assert reply["ok"] is True
+    assert ports.conflicts == 1 and ports.commits == 2
+    assert kinds(ports) == ["injected"]
+
+
+async def test_conflicts_beyond_the_bound_give_up_with_a_conflict() -> None:
+    ports = FakePorts(*[CommitConflict("x") for _ in range(3)], conflict_retries=2)
+    reply = await run(ports)
+    assert reply["error"]["code"] == "conflict"
+    assert reply["error"]["details"] == {"retries": 2}
+    assert ports.log == []
+
+
+async def test_a_short_election_is_ridden_out() -> None:
+    ports = FakePorts(*[CommitUnavailable("no responders") for _ in range(8)])
+    reply = await run(ports)
+    assert reply["ok"] is True and ports.commits == 9
+
+
+async def test_a_log_away_until_the_deadline_is_unavailable_in_time_with_retry_after() -> None:
+    ports = FakePorts(*[CommitUnavailable("no responders") for _ in range(1000)])
+    reply = await run(ports)
+    assert reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"] == {"retry_after_ms": 1000}
+    assert ports.log == []
+
+
+async def test_an_unreadable_log_is_retried_then_unavailable() -> None:
+    ports = FakePorts()
+    ports.reads_fail = 1
+    assert (await run(ports))["ok"] is True
+    ports = FakePorts()
+    ports.reads_fail = 10_000
+    reply = await run(ports)
+    assert reply["error"]["code"] == "unavailable" and ports.commits == 0
+
+
+async def test_an_uncertain_commit_that_landed_is_answered_from_the_log_once() -> None:
+    ports = FakePorts((CommitUncertain("PubAck lost"), True))
+    reply = await run(ports)
+    assert reply["ok"] is True and reply["session_seq"] == 1
+    assert kinds(ports) == ["injected"] and ports.commits == 1
+
+
+async def test_an_uncertain_commit_that_did_not_land_is_sent_again() -> None:
+    ports = FakePorts(CommitUncertain("PubAck lost"))
+    reply = await run(ports)
+    assert reply["ok"] is True and kinds(ports) == ["injected"] and ports.commits == 2
+
+
+async def test_an_outcome_still_unknown_at_the_deadline_says_it_may_be_applied() -> None:
+    ports = FakePorts(*[CommitUncertain("no answer") for _ in range(1000)])
+    reply = await run(ports)
+    assert reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"] == {"retry_after_ms": 1000, "maybe_applied": True}
+    assert "same request_id" in reply["error"]["message"]
+
+
+async def test_a_permanent_refusal_is_answered_at_once() -> None:
+    ports = FakePorts(CommitFailed("too large"))
+    reply = await run(ports)
+    assert reply["error"]["code"] == "unavailable" and ports.commits == 1
+    assert ports.now == 100.0
+
+
+async def test_a_rejected_command_appends_nothing_and_commits_nothing() -> None:
+    command, warnings = parse_command("revoke", {"session_id": "s1", "reminder_id": "nope"})
+    ports = FakePorts()
+    reply = await run(ports, (command, list(warnings)))
+    assert reply["ok"] is False and ports.commits == 0
+
+
+async def test_a_paused_leader_is_answered_unavailable_by_the_deadline_not_after() -> None:
+    ports = FakePorts()
+    ports.commit_takes_s = 30.0  # SIGSTOP of the stream leader
+    deadline = ports.deadline()
+    command, warnings = inject()
+    reply = await run_command(command, warnings, ports, deadline)
+    assert reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"] == {"retry_after_ms": 1000, "maybe_applied": True}
+    assert ports.now <= deadline.at
+    assert ports.commit_timeouts == [TIMEOUT_S]
+
+
+async def test_every_wait_is_given_only_the_time_left() -> None:
+    ports = FakePorts(CommitUnavailable("no leader"), CommitUncertain("lost"))
+    ports.commit_takes_s = 1.2
+    ports.reads_fail = 1
+    reply = await run(ports)
+    assert reply["ok"] is True
+    assert ports.commits == 3
+    # each commit was given what was left of the 5 s, less what the earlier waits used
+    assert ports.commit_timeouts[0] < TIMEOUT_S
+    assert ports.commit_timeouts == sorted(ports.commit_timeouts, reverse=True)
+
+
+async def test_a_command_with_no_time_left_is_not_even_loaded() -> None:
+    ports = FakePorts()
+    deadline = Deadline(ports.now, ports)
+    command, warnings = inject()
+    reply = await run_command(command, warnings, ports, deadline)
+    assert reply["error"]["details"] == {"retry_after_ms": 1000}
+    assert ports.commits == 0 and ports.checked == []

@@ -1,0 +1,75 @@
+"""Group commit never keeps a command past its deadline: one queued behind a batch in flight
+is withdrawn unsent, one in flight is told its outcome is unknown; a batch waits for its
+PubAck no longer than its latest command. Against a fake connection whose commits hang."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from services.adapters.append import SessionAppend
+from services.gateway.committer import CommitUnavailable, CommitUncertain, GroupCommitter
+from services.gateway.service import SessionLocks
+from tests.support import Driver
+
+
+class HangingConnection:
+    """Takes the batches' first messages; the commit request of each waits until released."""
+
+    def __init__(self) -> None:
+        self.requests: list[float] = []
+        self.released = asyncio.Event()
+
+    async def publish(self, subject: str, data: bytes, **_: Any) -> None:
+        return None
+
+    async def request(self, subject: str, data: bytes, timeout: float, **_: Any) -> Any:
+        self.requests.append(timeout)
+        await asyncio.wait_for(self.released.wait(), timeout)
+        raise AssertionError("released commits are not part of these tests")
+
+
+def append(session_id: str) -> SessionAppend:
+    driver = Driver(session_id)
+    events = driver.run("inject", reminder={"body": "b"}).events
+    return SessionAppend(session_id, 0, events)
+
+
+@pytest.fixture
+async def committer_on_hanging() -> Any:
+    nc = HangingConnection()
+    committer = GroupCommitter(nc, timeout_s=5.0)  # type: ignore[arg-type]
+    committer.start()
+    yield committer, nc
+    await committer.stop()
+
+
+async def test_in_flight_is_uncertain_and_queued_behind_it_is_withdrawn_unsent(
+    committer_on_hanging: Any,
+) -> None:
+    committer, nc = committer_on_hanging
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first = asyncio.create_task(committer.commit(append("a"), 0.3))
+    await asyncio.sleep(0.05)  # the first batch is in flight now
+    with pytest.raises(CommitUnavailable):
+        await committer.commit(append("b"), 0.1)
+    with pytest.raises(CommitUncertain):
+        await first
+    assert loop.time() - started < 0.5
+    # the batch waited for its PubAck no longer than its command did, not the 5 s
+    assert nc.requests == [pytest.approx(0.3, abs=0.05)]
+    await asyncio.sleep(0.35)
+    assert len(nc.requests) == 1, "the withdrawn command was sent after all"
+
+
+async def test_a_session_lock_is_waited_for_only_until_the_deadline() -> None:
+    locks = SessionLocks()
+    async with locks.hold("s", 1.0):
+        with pytest.raises(TimeoutError):
+            async with locks.hold("s", 0.05):
+                raise AssertionError("held twice")
+    async with locks.hold("s", 0.05):
+        pass  # released, and usable again
