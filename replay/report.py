@@ -44,9 +44,24 @@ def describe(event: ev.Event) -> str:
         ttl = f", ttl {p.ttl_turns}" if p.ttl_turns is not None else ""
         return f"{p.reminder_id} fired at turn {p.turn_number} ({p.authority}{ttl})"
     if isinstance(p, ev.Delivered):
+        cost = "" if p.summary is None else f", {_cost(p.summary)}"
         return (
             f"envelope delivered at turn {p.turn_number}: {len(p.directive_ids)} directive(s), "
-            f"{p.format}, speaker {p.speaker}, sha256 {p.text_sha256[:12]}"
+            f"{p.format}, speaker {p.speaker}, sha256 {p.text_sha256[:12]}{cost}"
+        )
+    if isinstance(p, ev.Withheld):
+        return f"nothing delivered at turn {p.turn_number}: {_cost(p.summary)}"
+    if isinstance(p, ev.Muted):
+        until = f" until turn {p.until_turn}" if p.until_turn is not None else ""
+        given = ", ".join(f"{k} {v}" for k, v in p.selector.model_dump(exclude_none=True).items())
+        return f"mute {p.mute_id} began ({given}){until}"
+    if isinstance(p, ev.Unmuted):
+        return f"mute {p.mute_id} ended"
+    if isinstance(p, ev.ForgedDirectiveNeutralized):
+        tool = f" from {p.tool_name}" if p.tool_name else ""
+        return (
+            f"{p.count} forged directive tag(s) neutralized in tool output{tool} "
+            f"(input sha256 {p.input_sha256[:12]})"
         )
     if isinstance(p, ev.PostTurn):
         return (
@@ -78,6 +93,23 @@ def describe(event: ev.Event) -> str:
         outcome += f" ({p.reason})"
     error = f" [{_short(p.error, 120)}]" if p.error else ""
     return f"provider {p.provider_id} on {p.event} {p.runtime_event_id}: {outcome}{error}"
+
+
+def _cost(summary: ev.RenderSummary) -> str:
+    """What a render cost and held back, in a few words (SPEC §12.1)."""
+    budget = f" of {summary.budget_tokens}" if summary.budget_tokens is not None else ""
+    words = [f"~{summary.est_tokens}{budget} tokens ({summary.estimator})"]
+    if summary.over_budget:
+        words.append("over budget")
+    for reason, ids in (
+        ("shed", summary.shed_ids),
+        ("muted", summary.muted_ids),
+        ("not yet due", summary.not_yet_ids),
+        ("dropped", summary.dropped_ids),
+    ):
+        if ids:
+            words.append(f"{reason} {', '.join(ids)}")
+    return "; ".join(words)
 
 
 def provider_trail(events: Iterable[ev.Event]) -> str | None:
