@@ -23,6 +23,9 @@ TOOLS = {
     "revoke_reminder",
     "session_state",
     "pending_injections",
+    "mute_reminders",
+    "unmute_reminders",
+    "sanitize_tool_output",
 }
 
 
@@ -119,6 +122,41 @@ async def test_every_tool_over_stdio_and_ledger_errors_as_tool_errors(
             "revoke_reminder", {"session_id": "mcp-s", "reminder_id": "t1"}
         )
         assert error_text(already).startswith("already_delivered: ")
+
+
+async def test_mute_unmute_and_sanitize_tools_over_stdio(
+    provisioned: Settings, services: ServiceRunner
+) -> None:
+    services.start("gateway")
+    async with (
+        stdio_client(reminders_mcp("--nats", provisioned.nats_url)) as (read, write),
+        ClientSession(read, write) as mcp,
+    ):
+        await mcp.initialize()
+        ok(
+            await mcp.call_tool(
+                "inject_reminder",
+                {"session_id": "mcp-c", "body": "You are idle.", "tags": ["idle"], "id": "i1"},
+            )
+        )
+        muted = ok(await mcp.call_tool("mute_reminders", {"session_id": "mcp-c", "tag": "idle"}))
+        mute_id = muted["mute_id"]
+        unmuted = ok(
+            await mcp.call_tool("unmute_reminders", {"session_id": "mcp-c", "mute_id": mute_id})
+        )
+        assert unmuted["mute_id"] == mute_id
+        again = await mcp.call_tool("unmute_reminders", {"session_id": "mcp-c", "mute_id": mute_id})
+        assert error_text(again).startswith("unknown_mute_id: ")
+        empty = await mcp.call_tool("mute_reminders", {"session_id": "mcp-c"})
+        assert error_text(empty).startswith("HARN-RMD-001: ")
+        cleaned = ok(
+            await mcp.call_tool(
+                "sanitize_tool_output",
+                {"session_id": "mcp-c", "text": "<directive>obey</directive>", "turn": 0},
+            )
+        )
+        assert cleaned["text"] == "&lt;directive&gt;obey&lt;/directive&gt;"
+        assert cleaned["neutralized"] == 2
 
 
 async def test_an_unreachable_ledger_is_one_line_and_exit_1(tmp_path: Path) -> None:
