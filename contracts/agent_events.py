@@ -105,6 +105,9 @@ class WorkerResumed(RuntimePayload):
     pre_suspend_digest: ShortText | None = Field(
         default=None, description="Digest of the work before suspension."
     )
+    suspended_at_turn: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="The turn at which the worker suspended (SPEC §9.3.1)."
+    )
 
 
 class UserTurn(RuntimePayload):

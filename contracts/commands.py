@@ -263,6 +263,10 @@ class Evaluation(BaseModel):
         description="The reminder to inject when it fired; validated by the gateway, which "
         "turns a rejected one into `fired: false, reason: malformed_spec`.",
     )
+    reminder_id: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        default=None,
+        description="For `unchanged_durable_reminder`: the live reminder the skip kept.",
+    )
     once: bool = Field(
         default=False,
         description="A once-latch: the gateway refuses to fire it again in the session.",

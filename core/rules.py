@@ -346,17 +346,22 @@ def is_durable(spec: ReminderSpec) -> bool:
     return spec.preserve_on_compact and spec.ttl_turns is None
 
 
-def unchanged_durable(pending: Sequence[PendingRow], spec: ReminderSpec) -> bool:
-    """Whether a durable reminder is already live with the same dedupe key, body and fields
-    (`reason: unchanged_durable_reminder`, SPEC §9.3): injecting it again changes nothing."""
+def unchanged_durable(pending: Sequence[PendingRow], spec: ReminderSpec) -> PendingRow | None:
+    """The durable reminder already live with the same dedupe key, body and fields, if any
+    (`reason: unchanged_durable_reminder`, SPEC §9.3): injecting it again changes nothing,
+    and the skip names the reminder it kept (§9.3.1)."""
     if not is_durable(spec) or spec.dedupe_key is None:
-        return False
-    return any(
-        is_durable(row.spec)
-        and row.spec.dedupe_key == spec.dedupe_key
-        and row.spec.body == spec.body
-        and all(getattr(row.spec, name) == getattr(spec, name) for name in _DURABLE_FIELDS)
-        for row in pending
+        return None
+    return next(
+        (
+            row
+            for row in pending
+            if is_durable(row.spec)
+            and row.spec.dedupe_key == spec.dedupe_key
+            and row.spec.body == spec.body
+            and all(getattr(row.spec, name) == getattr(spec, name) for name in _DURABLE_FIELDS)
+        ),
+        None,
     )
 
 

@@ -13,6 +13,7 @@ from core.canonical import derived_uuid7
 from core.config import CoreConfig
 from core.cost import provider_muted
 from core.deciders.reminders import inject
+from core.providers.evaluate import provider_reminder
 
 
 def _evaluation_fires(
@@ -36,7 +37,8 @@ def _evaluation_fires(
     if evaluation.reminder is None:
         return "malformed_spec", None, "HARN-RMD-006 a fired evaluation carries no reminder"
     try:
-        spec, _ = parse_reminder(evaluation.reminder, max_body_bytes=config.max_body_bytes)
+        reminder = provider_reminder(evaluation.reminder, command.turn)
+        spec, _ = parse_reminder(reminder, max_body_bytes=config.max_body_bytes)
         if spec.id is None:
             fresh = derived_uuid7(
                 batch.context.occurred_at,
@@ -82,12 +84,14 @@ def evaluate(batch: Batch, command: cmd.Evaluate, config: CoreConfig) -> Reply:
                 injected.append(reminder_id)
         elif reason == "fired":
             reason, error = "provider_error", error or "an evaluation that did not fire"
+        elif reason == "unchanged_durable_reminder":
+            reminder_id = evaluation.reminder_id  # the live reminder the skip kept
         batch.emit(
             ev.ProviderEvaluated(
                 provider_id=evaluation.provider_id,
                 event=evaluation.event,
                 runtime_event_id=command.runtime_event_id,
-                fired=reminder_id is not None,
+                fired=reason == "fired" and reminder_id is not None,
                 reason=reason,
                 reminder_id=reminder_id,
                 error=error,

@@ -12,10 +12,10 @@ silent, written down here:
 - `idle_nudge` fires when `idle_seconds` ≥ the configured threshold (key `idle_seconds`, or
   `seconds` as the reference runtime also accepts).
 - `post_compact_recap` fires when compaction archived at least one message.
-- `workspace_anchor` on `session_start` fires when the event names an anchor; on `budget` it
-  fires when a token-pressure threshold is crossed upward (its own level latch) and an anchor
-  is known: `[config.workspace_anchor] anchor`, else the anchor of a live workspace_anchor
-  reminder. Otherwise `predicate_false`.
+- `workspace_anchor` on `session_start` fires when the event names an anchor; on every
+  `budget` reading it fires while an anchor is known (SPEC §9.3.1): `[config.workspace_anchor]
+  anchor`, else the anchor of a live workspace_anchor reminder; its dedupe key replaces the
+  previous one, so one stays live. Otherwise `predicate_false`.
 - `grounded_review` fires only on concrete verifier evidence: a known verifier (pytest,
   cargo check, go test, tsc, mypy, ruff) recognised in `tool_name` or `output_tail`, with a
   non-zero `exit_code` or failure lines in the tail; an exit code of 0 never fires. Its body
@@ -183,6 +183,8 @@ def resume_continuity(
     payload = event.payload
     assert isinstance(payload, WorkerResumed)
     lines = ["You are resuming after a suspension."]
+    if payload.suspended_at_turn is not None:
+        lines.append(f"Suspended at turn: {payload.suspended_at_turn}")
     for label, value in (
         ("Suspension reason", payload.suspension_reason),
         ("Resume cause", payload.resume_cause),
@@ -216,9 +218,9 @@ def _known_anchor(view: SessionState, config: Mapping[str, Any]) -> str | None:
 def workspace_anchor(
     view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
 ) -> ProviderResult:
-    """The session's workspace anchor and mounted roots, when one is set."""
+    """The session's workspace anchor and mounted roots, when one is set: on session start,
+    and again on every budget reading while it is known (SPEC §9.3.1)."""
     payload = event.payload
-    level: int | None = None
     roots: list[str] = []
     if isinstance(payload, SessionStart):
         anchor = payload.workspace_anchor or config.get("anchor")
@@ -226,15 +228,8 @@ def workspace_anchor(
     else:
         assert isinstance(payload, Budget)
         anchor = _known_anchor(view, config)
-        if not anchor:  # no level recorded: a crossing before the anchor is known still counts
-            return skipped("predicate_false")
-        thresholds = [round(t * 1000) for t in DEFAULT_THRESHOLDS]
-        level = _reading_level(payload.used_tokens, payload.context_window, thresholds)
-        recorded = provider_mark(view.providers, "workspace_anchor").level
-        if level is None or threshold_reported(recorded, level):
-            return skipped("predicate_false", level)
     if not anchor:
-        return skipped("predicate_false", level)
+        return skipped("predicate_false")
     body = f"Workspace anchor: {anchor}"
     if roots:
         body += "\nMounted roots: " + ", ".join(roots)
@@ -247,8 +242,7 @@ def workspace_anchor(
             "ttl_turns": 1,
             "propagate": "session",
             "source": PROVIDER_SOURCE,
-        },
-        level,
+        }
     )
 
 

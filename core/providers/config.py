@@ -15,8 +15,9 @@ reminder = { body = "Exports are under Settings > Data.", ttl_turns = 1 }
 
 Every built-in is on unless disabled. Order of evaluation: the ids listed in `providers`, in
 that order, then the remaining built-ins in the §9.3 order, then the rules in file order.
-Errors carry a code: more than 8 distinct enabled providers and rules is `HARN-RMD-007`
-(the service does not start); anything else malformed is `HARN-RMD-001` naming the key.
+Errors carry a code: more than 8 distinct enabled rules and plug-ins is `HARN-RMD-007`
+(the service does not start; built-ins are not counted); anything else malformed is
+`HARN-RMD-001` naming the key.
 Parsing the text is pure (`tomllib`); reading the file and discovering plug-ins (entry
 points) is the caller's job.
 """
@@ -165,11 +166,13 @@ def build_config(document: Mapping[str, Any], plugins: Mapping[str, PluginFn]) -
         if provider.id in {p.id for p in [*providers, *disabled]}:
             raise _bad(f"duplicate provider or rule id: {provider.id}", field="rules")
         providers.append(provider)
-    if len(providers) > MAX_ENABLED:
+    # Built-ins are not counted (SPEC §9.4): every built-in can run beside eight of one's own.
+    counted = [p.id for p in providers if p.id not in BUILTINS]
+    if len(counted) > MAX_ENABLED:
         raise ProvidersConfigError(
             ErrorCode.TOO_MANY_PROVIDERS,
-            f"{len(providers)} distinct providers and rules are enabled; at most {MAX_ENABLED}",
-            {"enabled": [p.id for p in providers], "limit": MAX_ENABLED},
+            f"{len(counted)} distinct rules and plug-ins are enabled; at most {MAX_ENABLED}",
+            {"enabled": counted, "limit": MAX_ENABLED},
         )
     budget = document.get("max_bytes_per_turn")
     if budget is not None and (

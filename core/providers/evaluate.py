@@ -10,7 +10,12 @@ here, once, for every provider alike:
 - a `once` provider that already fired in the session → `once_latched`;
 - a durable reminder (`preserve_on_compact`, no TTL) already live with the same dedupe key,
   body and fields → `unchanged_durable_reminder`;
-- past `max_bytes_per_turn` of provider bodies in the session and turn → `budget_exceeded`.
+- past `max_bytes_per_turn` of provider bodies in the session and turn → `budget_exceeded`;
+- a provider named by an active `provider_id` mute → `muted`, without being called.
+
+A fired reminder that sets no `source` gets `stdlib_provider` (plug-ins included) and one
+that sets no `fired_at_turn` fires at the runtime event's turn (SPEC §9.3.1); an
+`unchanged_durable_reminder` skip names the live reminder it kept.
 
 The result is the `evaluations` list of one `evaluate` command; the gateway applies the §4.2
 rules to each fired reminder and re-checks the latches when it decides.
@@ -18,6 +23,7 @@ rules to each fired reminder and re-checks the latches when it decides.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from contracts.agent_events import OBSERVATIONAL_KINDS, RuntimeEvent
@@ -25,8 +31,9 @@ from contracts.commands import Evaluation
 from contracts.errors import ReminderError
 from contracts.spec import parse_reminder
 from contracts.state import SessionState
+from core.cost import provider_muted
 from core.providers.config import ProvidersConfig
-from core.providers.model import Provider, ProviderResult
+from core.providers.model import PROVIDER_SOURCE, Provider, ProviderResult
 from core.rules import once_latched, provider_mark, unchanged_durable
 
 
@@ -68,6 +75,10 @@ def evaluate_event(
         if provider.id in disabled:
             evaluations.append(Evaluation(**common, fired=False, reason="disabled"))
             continue
+        if provider_muted(view.mutes, provider.id):
+            level = provider_mark(view.providers, provider.id).level
+            evaluations.append(Evaluation(**common, fired=False, reason="muted", level=level))
+            continue
         outcome = _call(provider, view, event)
         level = outcome.level if isinstance(outcome.level, int) else None
         if not outcome.fired:
@@ -76,8 +87,8 @@ def evaluate_event(
                 Evaluation(**common, fired=False, reason=outcome.reason, error=error, level=level)
             )
             continue
-        reminder = dict(outcome.reminder or {})
-        reason, error = _check(view, event, provider, reminder, config, spent)
+        reminder = provider_reminder(outcome.reminder or {}, event.turn)
+        reason, error, kept = _check(view, event, provider, reminder, config, spent)
         if reason != "fired":
             evaluations.append(
                 Evaluation(
@@ -86,6 +97,7 @@ def evaluate_event(
                     reason=reason,
                     error=error,
                     level=provider_mark(view.providers, provider.id).level,
+                    reminder_id=kept,
                 )
             )
             continue
@@ -96,6 +108,12 @@ def evaluate_event(
     return evaluations
 
 
+def provider_reminder(reminder: Mapping[str, Any], turn: int) -> dict[str, Any]:
+    """A provider's reminder with the defaults every provider's gets (SPEC §9.3.1): source
+    `stdlib_provider` and `fired_at_turn` the runtime event's turn, unless it sets them."""
+    return {"source": PROVIDER_SOURCE, "fired_at_turn": turn, **reminder}
+
+
 def _check(
     view: SessionState,
     event: RuntimeEvent,
@@ -103,18 +121,20 @@ def _check(
     reminder: dict[str, Any],
     config: ProvidersConfig,
     spent: int,
-) -> tuple[Any, str | None]:
+) -> tuple[Any, str | None, str | None]:
+    """(reason, error, the live reminder kept by an `unchanged_durable_reminder` skip)."""
     if event.kind in OBSERVATIONAL_KINDS:
-        return "malformed_spec", f"HARN-RMD-008 a {event.kind} event cannot carry reminders"
+        return "malformed_spec", f"HARN-RMD-008 a {event.kind} event cannot carry reminders", None
     try:
         spec, _ = parse_reminder(reminder)
     except ReminderError as exc:
-        return "malformed_spec", f"HARN-RMD-006 {exc.code.value}: {exc.message}"[:1024]
+        return "malformed_spec", f"HARN-RMD-006 {exc.code.value}: {exc.message}"[:1024], None
     if once_latched(view.providers, provider.id, once=provider.once):
-        return "once_latched", None
-    if unchanged_durable(view.pending, spec):
-        return "unchanged_durable_reminder", None
+        return "once_latched", None, None
+    kept = unchanged_durable(view.pending, spec)
+    if kept is not None:
+        return "unchanged_durable_reminder", None, kept.spec.id
     budget = config.max_bytes_per_turn
     if budget is not None and spent + spec.body_bytes() > budget:
-        return "budget_exceeded", None
-    return "fired", None
+        return "budget_exceeded", None, None
+    return "fired", None, None

@@ -25,6 +25,7 @@ from core.providers import (
     evaluation_request_id,
     parse_config,
 )
+from core.providers.builtins import BUILTINS
 from tests.unit.plugin_support import write_plugin_dist
 
 AT = "2026-11-29T15:04:05.123Z"
@@ -215,10 +216,13 @@ def test_workspace_anchor_only_when_an_anchor_is_set() -> None:
         "session",
     )
     assert "/repo" in spec.body and "/repo/a" in spec.body
-    # On a budget crossing, it refreshes the anchor it knows (still live here).
+    # On every budget reading it refreshes the anchor it knows (SPEC §9.3.1): a crossing or
+    # not, and its dedupe key keeps exactly one anchor live.
     out = dict(reasons(s.send("budget", budget(150_000))))
     assert out == {"token_pressure": "fired", "workspace_anchor": "fired"}
-    assert dict(reasons(s.send("budget", budget(151_000))))["workspace_anchor"] == "predicate_false"
+    assert dict(reasons(s.send("budget", budget(151_000))))["workspace_anchor"] == "fired"
+    assert dict(reasons(s.send("budget", budget(1_000))))["workspace_anchor"] == "fired"
+    assert [spec.dedupe_key for spec in s.live()].count("workspace_anchor") == 1
 
 
 def test_workspace_anchor_on_budget_without_any_anchor_is_predicate_false() -> None:
@@ -390,15 +394,18 @@ def test_a_disabled_builtin_is_recorded_as_disabled() -> None:
 # --- configuration --------------------------------------------------------------------------------
 
 
-def test_more_than_eight_enabled_providers_and_rules_is_harn_rmd_007() -> None:
-    two = [
-        f'id = "r{n}"\nwhen = {{ once = true }}\nreminder = {{ body = "b{n}" }}' for n in range(2)
+def test_more_than_eight_enabled_rules_and_plug_ins_is_harn_rmd_007() -> None:
+    # SPEC §9.4: built-ins are not counted, so all of them run beside eight rules.
+    rules = [
+        f'id = "r{n}"\nwhen = {{ once = true }}\nreminder = {{ body = "b{n}" }}' for n in range(9)
     ]
     with pytest.raises(ProvidersConfigError) as refused:
-        rules_config(*two)
+        rules_config(*rules)
     assert refused.value.code is ErrorCode.TOO_MANY_PROVIDERS
-    ok = rules_config(*two, extra='providers = ["-idle_nudge"]\n')
-    assert len(ok.enabled_ids) == 8
+    assert refused.value.details["enabled"] == [f"r{n}" for n in range(9)]
+    eight = rules_config(*rules[:8])
+    assert {f"r{n}" for n in range(8)} <= set(eight.enabled_ids)
+    assert set(BUILTINS) <= set(eight.enabled_ids)
 
 
 @pytest.mark.parametrize(
