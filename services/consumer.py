@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
@@ -31,6 +31,7 @@ from services.adapters.telemetry import consumer_span
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.consumer")
+#: Nanoseconds per second: JetStream's durations (ack_wait, expires, …) are nanoseconds.
 NS = 1_000_000_000
 
 
@@ -58,6 +59,35 @@ def dead_letter(code: str, reason: str) -> Outcome:
 
 
 Handler = Callable[[Event], Awaitable[Outcome]]
+
+#: Sends one command to the gateway and returns its reply; raises when nobody answered.
+Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+#: Gateway answers that a later attempt may turn into an ok.
+RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
+
+
+async def send_command(
+    request: Request, op: str, command: dict[str, Any], refused: str
+) -> tuple[Outcome, dict[str, Any]]:
+    """Send one command to the gateway and settle by its reply (the worker reply path).
+
+    Ack once the gateway replied ok; redeliver after a delay while it is away (nobody
+    answered) or its answer may change (`RETRYABLE`); dead-letter what it refuses for good,
+    with its code and `refused` as the reason. Returns the reply too (`{}` when none came),
+    so a worker can read an ok reply's fields.
+    """
+    try:
+        reply = await request(op, command)
+    except Exception as exc:  # gateway away: retried by redelivery, never dropped
+        log.warning("gateway unavailable", extra={"op": op, "error": type(exc).__name__})
+        return retry(), {}
+    if reply.get("ok"):
+        return ACK, reply
+    code = str(reply.get("error", {}).get("code", "invalid_reply"))
+    if code in RETRYABLE:
+        return retry(), reply
+    return dead_letter(code, refused), reply
 
 
 def durable_consumer(

@@ -9,8 +9,6 @@ a delay while the gateway is away or busy; dead-letter what the gateway refuses 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,18 +17,18 @@ from contracts.subjects import kind_subject_filter
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import tracer_provider
-from services.consumer import ACK, EventConsumer, Outcome, dead_letter, durable_consumer, retry
+from services.consumer import (
+    EventConsumer,
+    Outcome,
+    Request,
+    dead_letter,
+    durable_consumer,
+    send_command,
+)
 from services.runtime import Runtime
-
-log = logging.getLogger("reminders.propagator")
 
 DURABLE = "propagator"
 FILTER = kind_subject_filter("handed_off")
-#: Gateway answers that a later attempt may turn into an ok.
-RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
-
-#: Sends one command to the gateway and returns its reply; raises when nobody answered.
-Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def inherit_command(event: Event) -> dict[str, Any]:
@@ -52,17 +50,11 @@ async def handle_handed_off(event: Event, request: Request) -> Outcome:
     """Ask the gateway to apply one handoff to the child session."""
     if not isinstance(event.payload, HandedOff):
         return dead_letter("invalid_event", "not a handed_off event")
-    try:
-        reply = await request("inherit", inherit_command(event))
-    except Exception as exc:  # gateway away: retried by redelivery, never dropped
-        log.warning("gateway unavailable", extra={"error": type(exc).__name__})
-        return retry()
-    if reply.get("ok"):
-        return ACK
-    code = str(reply.get("error", {}).get("code", "invalid_reply"))
-    if code in RETRYABLE:
-        return retry()
-    return dead_letter(code, "the gateway refused the inheritance")
+    command = inherit_command(event)
+    outcome, _ = await send_command(
+        request, "inherit", command, "the gateway refused the inheritance"
+    )
+    return outcome
 
 
 @dataclass
