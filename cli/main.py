@@ -11,8 +11,7 @@ from rich.console import Console
 
 from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
 from services.adapters.settings import Settings
-
-SERVICE_NAMES = ("gateway", "projector", "propagator", "observer", "providers")
+from services.workers import WORKERS
 
 app = typer.Typer(
     name="reminders",
@@ -80,9 +79,7 @@ def up(
 
 @app.command()
 def serve(
-    service: str = typer.Argument(
-        ..., help="Which service to run: gateway, projector, propagator, observer or providers."
-    ),
+    service: str = typer.Argument(..., help=f"Which service to run: {', '.join(WORKERS)}."),
     nats_url: str | None = nats_option(),
 ) -> None:
     """Run one service in the foreground (configuration from REMINDERS_* variables)."""
@@ -90,13 +87,12 @@ def serve(
 
     configure_logging()
     settings = Settings.from_env(nats_url=nats_url)
-    if service not in SERVICE_NAMES:
-        _fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICE_NAMES)}")
+    if service not in WORKERS:
+        _fail(f"unknown service {service!r}; choose one of: {', '.join(WORKERS)}")
     from services.runtime import serve as serve_worker
-    from services.workers import WORKERS
 
     try:
-        serve_worker(WORKERS[service](settings), settings)
+        serve_worker(WORKERS[service].factory(settings), settings)
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # one readable line instead of a traceback

@@ -85,6 +85,11 @@ def acp_notifications(event: ev.Event) -> list[dict[str, Any]]:
     return [acp_notification(event), acp_extension_notification(event)]
 
 
+def observer_consumers(settings: Settings) -> list[DurableConsumer]:
+    """Its own durable consumer of every event."""
+    return [durable_consumer(settings.stream, DURABLE, EVENT_SUBJECTS, max_ack_pending=1000)]
+
+
 @dataclass
 class ObserverMetrics:
     """Dashboard-ready instruments: no custom code needed downstream."""
@@ -174,9 +179,7 @@ class Observer:
 
     def consumers(self) -> list[DurableConsumer]:
         """Its own durable consumer of every event."""
-        return [
-            durable_consumer(self.settings.stream, DURABLE, EVENT_SUBJECTS, max_ack_pending=1000)
-        ]
+        return observer_consumers(self.settings)
 
     async def start(self, runtime: Runtime) -> None:
         """Register the instruments and set up the consumer loop."""

@@ -57,6 +57,11 @@ async def handle_handed_off(event: Event, request: Request) -> Outcome:
     return outcome
 
 
+def propagator_consumers(settings: Settings) -> list[DurableConsumer]:
+    """Its durable consumer of `handed_off` events."""
+    return [durable_consumer(settings.stream, DURABLE, FILTER, max_ack_pending=64)]
+
+
 @dataclass
 class Propagator:
     """The propagator worker: one durable consumer of `handed_off` events."""
@@ -67,7 +72,7 @@ class Propagator:
 
     def consumers(self) -> list[DurableConsumer]:
         """Its durable consumer of `handed_off` events."""
-        return [durable_consumer(self.settings.stream, DURABLE, FILTER, max_ack_pending=64)]
+        return propagator_consumers(self.settings)
 
     async def start(self, runtime: Runtime) -> None:
         """Set up the consumer loop."""

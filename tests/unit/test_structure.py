@@ -117,11 +117,11 @@ def test_every_import_points_down_the_layers() -> None:
 
 
 def test_every_worker_is_registered_and_the_cli_names_them_all() -> None:
-    from cli.main import SERVICE_NAMES
+    from cli.up import SERVICES
     from services.workers import WORKERS
 
     packages = {path.parent.name for path in (ROOT / "services").glob("*/app.py")}
-    assert set(WORKERS) == packages == set(SERVICE_NAMES)
+    assert set(WORKERS) == packages == set(SERVICES)
 
 
 def test_events_and_commands_are_frozen_and_forbid_unknown_keys() -> None:
