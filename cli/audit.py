@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cli.options import NATS_ENV, given_nats, nats_option, resolve_nats
 from contracts.agent_events import RuntimeEvent
+from contracts.stored import StoredEvent
 from contracts.subjects import (
     DEFAULT_AGENT_EVENTS_STREAM,
     DEFAULT_BUCKET,
@@ -35,7 +36,6 @@ from replay.report import html_report, text_report
 from replay.runtime_events import runtime_events_from_file, runtime_events_from_nats
 from replay.source import (
     EVENT_FILTER,
-    Row,
     connect_for_replay,
     iterate_stream,
     require_bucket,
@@ -200,7 +200,7 @@ def replay_command(
     else:
         assert nats_url is not None
 
-        async def read() -> list[Row]:
+        async def read() -> list[StoredEvent]:
             nc = await connect_for_replay(nats_url, _credentials())
             try:
                 await require_stream(nc, stream)
@@ -278,7 +278,7 @@ def export_command(
         fail("name one SESSION_ID or pass --all")
     nats_url = resolve_nats(nats_flag)
 
-    async def read() -> list[Row]:
+    async def read() -> list[StoredEvent]:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
             await require_stream(nc, stream)

@@ -89,7 +89,7 @@ class Bar:
 
 
 @dataclass(frozen=True)
-class Row:
+class ReminderTimeline:
     """Everything that happened to one reminder id, in order of first appearance."""
 
     reminder_id: str
@@ -114,7 +114,7 @@ class Chart:
     """The whole chart, ready to draw."""
 
     turns: tuple[int, ...]
-    rows: tuple[Row, ...]
+    rows: tuple[ReminderTimeline, ...]
     envelopes: tuple[Envelope, ...]
     session_markers: tuple[Marker, ...]
     """Session-wide events: one `envelope` per delivery and one `compacted` per compaction."""
@@ -269,7 +269,9 @@ def chart(events: Iterable[ev.Event]) -> Chart:
         builder.close(end, None, last)
     return Chart(
         turns=tuple(range(first, last + 1)),
-        rows=tuple(Row(b.reminder_id, tuple(b.bars), tuple(b.markers)) for b in rows.values()),
+        rows=tuple(
+            ReminderTimeline(b.reminder_id, tuple(b.bars), tuple(b.markers)) for b in rows.values()
+        ),
         envelopes=tuple(envelopes),
         session_markers=tuple(session),
         providers=tuple(providers),

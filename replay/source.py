@@ -32,9 +32,6 @@ from services.adapters.jetstream import (
 
 EVENT_FILTER = EVENT_SUBJECTS
 
-Row = StoredEvent
-"""Former name of `contracts.stored.StoredEvent`, kept for callers not yet switched."""
-
 
 def _check_schema(envelope: dict[str, Any], where: str) -> None:
     """Refuse an envelope version that no upcaster brings to this build's (SPEC §3.7)."""

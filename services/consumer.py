@@ -1,12 +1,13 @@
 """A durable pull consumer that hands each decoded event to a plain handler.
 
-A handler is an async function of one event that returns an `Outcome`; it never sees a NATS
-message, so a unit test calls it directly with fake ports. This loop does the rest, the same
-way for every worker: decode, checking the event against its subject (what does not decode
-goes to the dead-letter stream with the decoder's code),
-one consumer span per message continuing the command's trace, and settling by the outcome —
-ack, redeliver after a delay, or copy to the DLQ and ack. An exception from a handler is never
-swallowed: it is logged and the message is redelivered.
+A handler is an async function of one event that returns a `Settlement` (how the message is
+settled); it never sees a NATS message, so a unit test calls it directly with fake ports. This
+loop does the rest, the same way for every worker: decode, checking the event against its
+subject (what does not decode goes to the dead-letter stream with the decoder's code), one
+consumer span per message continuing the command's trace, and settling — ack, redeliver after
+a delay, or copy to the DLQ and ack. An exception from a handler is never swallowed: it is
+logged and the message is redelivered. `send_command` is the one reply path of a worker that
+asks the gateway (the propagator, the providers).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Settlement:
     """How a handled message is settled."""
 
     action: Literal["ack", "retry", "dead_letter"]
@@ -45,20 +46,20 @@ class Outcome:
     reason: str = ""
 
 
-ACK = Outcome("ack")
+ACK = Settlement("ack")
 
 
-def retry(delay_s: float = 1.0) -> Outcome:
+def retry(delay_s: float = 1.0) -> Settlement:
     """Redeliver after `delay_s` (the cause is transient: a gateway away, a conflict)."""
-    return Outcome("retry", delay_s=delay_s)
+    return Settlement("retry", delay_s=delay_s)
 
 
-def dead_letter(code: str, reason: str) -> Outcome:
+def dead_letter(code: str, reason: str) -> Settlement:
     """Copy to the dead-letter stream with a stable code, then ack (SPEC §6.4)."""
-    return Outcome("dead_letter", code=code, reason=reason)
+    return Settlement("dead_letter", code=code, reason=reason)
 
 
-Handler = Callable[[Event], Awaitable[Outcome]]
+Handler = Callable[[Event], Awaitable[Settlement]]
 
 #: Sends one command to the gateway and returns its reply; raises when nobody answered.
 Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -69,7 +70,7 @@ RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
 
 async def send_command(
     request: Request, op: str, command: dict[str, Any], refused: str
-) -> tuple[Outcome, dict[str, Any]]:
+) -> tuple[Settlement, dict[str, Any]]:
     """Send one command to the gateway and settle by its reply (the worker reply path).
 
     Ack once the gateway replied ok; redeliver after a delay while it is away (nobody
@@ -126,7 +127,7 @@ class EventConsumer:
     async def run_messages(
         self,
         runtime: Runtime,
-        outcome_of: Callable[[Msg], Awaitable[Outcome]],
+        outcome_of: Callable[[Msg], Awaitable[Settlement]],
         stop: asyncio.Event,
         key_of: Callable[[Msg], str] | None = None,
     ) -> None:
@@ -151,7 +152,7 @@ class EventConsumer:
         self,
         runtime: Runtime,
         subscription: JetStreamContext.PullSubscription,
-        outcome_of: Callable[[Msg], Awaitable[Outcome]],
+        outcome_of: Callable[[Msg], Awaitable[Settlement]],
         stop: asyncio.Event,
         key_of: Callable[[Msg], str],
     ) -> None:
@@ -209,7 +210,7 @@ class EventConsumer:
             return []
 
     async def _settle(
-        self, runtime: Runtime, message: Msg, outcome_of: Callable[[Msg], Awaitable[Outcome]]
+        self, runtime: Runtime, message: Msg, outcome_of: Callable[[Msg], Awaitable[Settlement]]
     ) -> None:
         span = consumer_span(self.tracer, message.subject, message.headers, self.durable.name)
         try:
@@ -230,7 +231,7 @@ class EventConsumer:
                 await message.nak(delay=1.0)
 
     @staticmethod
-    async def _outcome(message: Msg, handle: Handler) -> Outcome:
+    async def _outcome(message: Msg, handle: Handler) -> Settlement:
         try:
             event = decode(message.data, subject=message.subject)
         except DecodeError as exc:

@@ -20,12 +20,11 @@ from opentelemetry import trace
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 
 from contracts import events as ev
-from contracts.subjects import EVENT_SUBJECTS, acp_subject
-from core import session_token
+from contracts.subjects import EVENT_SUBJECTS, acp_subject, session_token
 from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
-from services.consumer import ACK, EventConsumer, Outcome, durable_consumer
+from services.consumer import ACK, EventConsumer, Settlement, durable_consumer
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.observer")
@@ -156,7 +155,7 @@ def span_event(event: ev.Event) -> None:
     trace.get_current_span().add_event(f"reminder.{event.kind}", attributes)
 
 
-async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publish) -> Outcome:
+async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publish) -> Settlement:
     """Count one event, note it on the current span, and notify ACP clients of a `fired`:
     the `session/update`, then right after it the `_reminders/emitted` extension."""
     metrics.observe(event)

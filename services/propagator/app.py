@@ -19,8 +19,8 @@ from services.adapters.settings import Settings
 from services.adapters.telemetry import tracer_provider
 from services.consumer import (
     EventConsumer,
-    Outcome,
     Request,
+    Settlement,
     dead_letter,
     durable_consumer,
     send_command,
@@ -46,7 +46,7 @@ def inherit_command(event: Event) -> dict[str, Any]:
     }
 
 
-async def handle_handed_off(event: Event, request: Request) -> Outcome:
+async def handle_handed_off(event: Event, request: Request) -> Settlement:
     """Ask the gateway to apply one handoff to the child session."""
     if not isinstance(event.payload, HandedOff):
         return dead_letter("invalid_event", "not a handed_off event")

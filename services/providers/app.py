@@ -51,8 +51,8 @@ from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import (
     ACK,
     EventConsumer,
-    Outcome,
     Request,
+    Settlement,
     dead_letter,
     durable_consumer,
     retry,
@@ -154,7 +154,7 @@ async def handle_runtime_event(
     last_replies: LastReplies,
     count: Callable[[str, str], None] = lambda provider_id, reason: None,
     wait_s: float = VIEW_WAIT_S,
-) -> Outcome:
+) -> Settlement:
     """Read the view, evaluate, send one `evaluate`, settle."""
     min_seq = last_replies.get(event.session_id) or 0
     try:
@@ -183,8 +183,8 @@ async def handle_runtime_event(
 
 
 async def runtime_event_outcome(
-    message: Msg, handle: Callable[[RuntimeEvent], Awaitable[Outcome]]
-) -> Outcome:
+    message: Msg, handle: Callable[[RuntimeEvent], Awaitable[Settlement]]
+) -> Settlement:
     """Decode one delivered runtime event (poison → DLQ with its code) and handle it."""
     try:
         event = decode_runtime_event(message.data, subject=message.subject)
@@ -249,7 +249,7 @@ class Providers:
             if counter is not None:
                 counter.add(1, {"provider": provider_id, "reason": reason})
 
-        async def handle(event: RuntimeEvent) -> Outcome:
+        async def handle(event: RuntimeEvent) -> Settlement:
             return await handle_runtime_event(
                 event, config, request, reads, self.last_replies, count
             )

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from contracts.events import Event
-from services.consumer import ACK, Outcome
+from services.consumer import ACK, Settlement
 from services.observer.app import ObserverMetrics, handle_event
 from services.propagator.app import handle_handed_off
 from tests.support import Driver
@@ -110,7 +110,7 @@ async def test_the_observer_notifies_acp_clients_of_a_fired_reminder(
 ) -> None:
     published = Published()
 
-    outcome: Outcome = await handle_event(fired_event("s1"), metrics, published)
+    outcome: Settlement = await handle_event(fired_event("s1"), metrics, published)
 
     assert outcome == ACK
     [(subject, body), (extension_subject, extension_body)] = published.messages
