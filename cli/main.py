@@ -169,6 +169,8 @@ def doctor(
 
     settings = Settings.from_env(nats_url=nats_url or nats_alias)
     checks = asyncio.run(run_checks(settings))
+    if not checks[0].ok:  # not connected, so nothing else was checked: one line, no table
+        _fail(checks[0].detail)  # "cannot reach NATS at URL: <cause>", or "invalid NATS URL …"
     table = Table(title=f"reminders doctor: {settings.nats_url}")
     for column in ("check", "status", "detail"):
         table.add_column(column)
@@ -178,8 +180,6 @@ def doctor(
         )
     Console().print(table)
     failures = [check for check in checks if not check.ok]
-    if failures and failures[0].name == "connectivity":
-        _fail(failures[0].detail)  # "cannot reach NATS at URL: <cause>"
     if failures:
         missing = any(PROVISION_HINT in c.detail for c in failures)
         hint = "; run `reminders provision` to create what is missing" if missing else ""
