@@ -102,7 +102,7 @@ class ObserverMetrics:
     def create(cls) -> ObserverMetrics:
         """Register the instruments on the process meter."""
         meter = meter_provider("reminders-observer").get_meter("observer")
-        return cls(
+        metrics = cls(
             lifecycle=meter.create_counter(
                 "reminders_lifecycle_events", description="Lifecycle events by kind and reason"
             ),
@@ -116,6 +116,11 @@ class ObserverMetrics:
                 "reminders_ttl_expiries", description="Reminders expired by their TTL"
             ),
         )
+        # The label-free series exist before their first change (the labelled ones appear
+        # with their first kind and reason).
+        metrics.live.add(0)
+        metrics.ttl_expiries.add(0)
+        return metrics
 
     def observe(self, event: ev.Event) -> None:
         """Count one event; labels are kinds and reasons only."""
