@@ -96,14 +96,18 @@ def run(make: Callable[[], Awaitable[T]]) -> T:
 
 @contextmanager
 def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr; yields an `update(done, total)` callback."""
+    """A rich progress bar on stderr; yields an `update(done, total)` callback.
+
+    Only on a terminal: redirected, rich would leave a blank line on stderr (even a transient
+    bar does), and a log file has no use for a bar.
+    """
     with Progress(
         TextColumn(description),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=stderr,
-        transient=not stderr.is_terminal,
+        disable=not stderr.is_terminal,
     ) as progress:
         task = progress.add_task(description, total=None)
 
