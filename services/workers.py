@@ -49,17 +49,30 @@ class RegisteredWorker:
     #: Its durable consumers under these settings (what `provision` creates and `doctor`
     #: checks; the worker's own `consumers()` returns the same).
     consumers: Callable[[Settings], list[DurableConsumer]]
-    #: The NATS user it logs in as (a user of `k8s/base/nats-auth.conf`).
-    nats_user: str
-    #: Its service in `docker-compose.yml`.
-    compose_service: str
-    #: Its Kubernetes manifest (relative to the repository) and the Deployment in it.
-    k8s_manifest: str
-    k8s_deployment: str
+    #: The NATS user it logs in as (a user of `k8s/base/nats-auth.conf`); default: its name.
+    nats_user: str = ""
+    #: Its service in `docker-compose.yml`; default: its name.
+    compose_service: str = ""
+    #: Its Kubernetes manifest (relative to the repository) and the Deployment in it;
+    #: default: `k8s/base/NAME.yaml` and its name.
+    k8s_manifest: str = ""
+    k8s_deployment: str = ""
     #: The variable its probe and /metrics port is read from.
     http_port_env: str = HTTP_PORT_ENV
     #: The processes `up` starts for it (default: one, labelled with its name).
     processes: Callable[[Settings], list[WorkerProcess]] | None = None
+
+    def __post_init__(self) -> None:
+        # Every deployment name defaults to the worker's: an entry states only what differs.
+        defaults = {
+            "nats_user": self.name,
+            "compose_service": self.name,
+            "k8s_manifest": f"k8s/base/{self.name}.yaml",
+            "k8s_deployment": self.name,
+        }
+        for field, default in defaults.items():
+            if not getattr(self, field):
+                object.__setattr__(self, field, default)
 
     def processes_for(self, settings: Settings) -> list[WorkerProcess]:
         """The processes `up` starts for this worker under these settings."""
@@ -75,20 +88,12 @@ REGISTRY: tuple[RegisteredWorker, ...] = (
         "replies after the commit; the read queries",
         factory=Gateway,
         consumers=no_consumers,
-        nats_user="gateway",
-        compose_service="gateway",
-        k8s_manifest="k8s/base/gateway.yaml",
-        k8s_deployment="gateway",
     ),
     RegisteredWorker(
         name="projector",
         summary="folds every event into the session's value in the projection bucket",
         factory=ProjectorWorker,
         consumers=projector_consumers,
-        nats_user="projector",
-        compose_service="projector",
-        k8s_manifest="k8s/base/projector.yaml",
-        k8s_deployment="projector",
         processes=projector_processes,
     ),
     RegisteredWorker(
@@ -96,30 +101,18 @@ REGISTRY: tuple[RegisteredWorker, ...] = (
         summary="`handed_off` events become `inherit` commands on the child session",
         factory=Propagator,
         consumers=propagator_consumers,
-        nats_user="propagator",
-        compose_service="propagator",
-        k8s_manifest="k8s/base/propagator.yaml",
-        k8s_deployment="propagator",
     ),
     RegisteredWorker(
         name="observer",
         summary="metrics of the lifecycle and the ACP notification of every `fired` event",
         factory=Observer,
         consumers=observer_consumers,
-        nats_user="observer",
-        compose_service="observer",
-        k8s_manifest="k8s/base/observer.yaml",
-        k8s_deployment="observer",
     ),
     RegisteredWorker(
         name="providers",
         summary="runtime events on `agent.events.>` become `evaluate` commands",
         factory=Providers,
         consumers=providers_consumers,
-        nats_user="providers",
-        compose_service="providers",
-        k8s_manifest="k8s/base/providers.yaml",
-        k8s_deployment="providers",
     ),
 )
 

@@ -171,3 +171,14 @@ def test_the_hand_list_check_finds_a_hand_list(tmp_path: Path) -> None:
     listing = tmp_path / "listing.py"
     listing.write_text(f"NAMES = {tuple(WORKERS)!r}\n", encoding="utf-8")
     assert hand_lists(listing) == [1]
+
+
+def test_deployment_names_default_to_the_workers_name_and_an_entry_may_override_them() -> None:
+    plain = RegisteredWorker("tally", "counts", WORKERS["observer"].factory, lambda s: [])
+    assert (plain.nats_user, plain.compose_service, plain.k8s_deployment) == ("tally",) * 3
+    assert plain.k8s_manifest == "k8s/base/tally.yaml"
+    assert [p.label for p in plain.processes_for(Settings())] == ["tally"]
+    named = RegisteredWorker(
+        "tally", "counts", WORKERS["observer"].factory, lambda s: [], nats_user="counter"
+    )
+    assert named.nats_user == "counter" and named.compose_service == "tally"
