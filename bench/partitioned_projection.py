@@ -36,6 +36,7 @@ import nats
 from nats.aio.client import Client
 
 from bench.common import embedded_server, emit, rate
+from bench.traffic import fake_context
 from cli.embedded import free_port
 from cli.provision import provision_all
 from cli.supervisor import ServiceProcess, stop_all, wait_ready
@@ -53,7 +54,6 @@ from services.projector.apply import token_of
 from services.projector.consumer import pinned_consumer_config
 from services.projector.partitions import ProjectorSource
 from services.runtime import Runtime, serve
-from tests.support import context_for
 
 
 def session_turns(sessions: int, turns: int) -> list[list[tuple[Event, ...]]]:
@@ -70,7 +70,9 @@ def session_turns(sessions: int, turns: int) -> list[list[tuple[Event, ...]]]:
                 ("end_turn", {"turn": turn}),
             ):
                 n += 1
-                decision = handle(state, op, {"session_id": session_id, **fields}, context_for(n))
+                decision = handle(
+                    state, op, {"session_id": session_id, **fields}, fake_context(session_id, n, n)
+                )
                 state = fold_all(state, decision.events)
                 events.extend(decision.events)
             by_turn[turn].append(tuple(events))

@@ -76,6 +76,17 @@ def timestamp(millis: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+def fake_context(session_id: str, position: int, millis: int) -> CommandContext:
+    """The context of a session's `position`-th command at fake-clock slot `millis`: its ids
+    derive from the three, so a rerun decides the same events."""
+    occurred_at = timestamp(millis)
+    return CommandContext(
+        command_id=derived_uuid7(occurred_at, "command", session_id, str(position)),
+        occurred_at=occurred_at,
+        new_reminder_id=derived_uuid7(occurred_at, "reminder", session_id, str(position)),
+    )
+
+
 def command_fields(position: int) -> tuple[str, dict[str, object]]:
     """The position-th command of every session's script."""
     op = _SCRIPT[position % len(_SCRIPT)]
@@ -95,13 +106,7 @@ def decide_session(session_id: str, times: Sequence[int]) -> tuple[tuple[Event, 
     for position, millis in enumerate(times):
         op, fields = command_fields(position)
         command, _ = cmd.parse_command(op, {"session_id": session_id, **fields})
-        occurred_at = timestamp(millis)
-        context = CommandContext(
-            command_id=derived_uuid7(occurred_at, "command", session_id, str(position)),
-            occurred_at=occurred_at,
-            new_reminder_id=derived_uuid7(occurred_at, "reminder", session_id, str(position)),
-        )
-        decision = decide(state, command, context)
+        decision = decide(state, command, fake_context(session_id, position, millis))
         if not decision.events:
             raise RuntimeError(f"{op} #{position} of {session_id} decided nothing")
         for event in decision.events:

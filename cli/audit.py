@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cli.options import NATS_ENV, given_nats, nats_option, resolve_nats
 from contracts.agent_events import RuntimeEvent
+from contracts.stored import StoredEvent
 from contracts.subjects import (
     DEFAULT_AGENT_EVENTS_STREAM,
     DEFAULT_BUCKET,
@@ -35,7 +36,6 @@ from replay.report import html_report, text_report
 from replay.runtime_events import runtime_events_from_file, runtime_events_from_nats
 from replay.source import (
     EVENT_FILTER,
-    Row,
     connect_for_replay,
     iterate_stream,
     require_bucket,
@@ -96,14 +96,18 @@ def run(make: Callable[[], Awaitable[T]]) -> T:
 
 @contextmanager
 def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr; yields an `update(done, total)` callback."""
+    """A rich progress bar on stderr; yields an `update(done, total)` callback.
+
+    Only on a terminal: redirected, rich would leave a blank line on stderr (even a transient
+    bar does), and a log file has no use for a bar.
+    """
     with Progress(
         TextColumn(description),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=stderr,
-        transient=not stderr.is_terminal,
+        disable=not stderr.is_terminal,
     ) as progress:
         task = progress.add_task(description, total=None)
 
@@ -200,7 +204,7 @@ def replay_command(
     else:
         assert nats_url is not None
 
-        async def read() -> list[Row]:
+        async def read() -> list[StoredEvent]:
             nc = await connect_for_replay(nats_url, _credentials())
             try:
                 await require_stream(nc, stream)
@@ -278,7 +282,7 @@ def export_command(
         fail("name one SESSION_ID or pass --all")
     nats_url = resolve_nats(nats_flag)
 
-    async def read() -> list[Row]:
+    async def read() -> list[StoredEvent]:
         nc = await connect_for_replay(nats_url, _credentials())
         try:
             await require_stream(nc, stream)

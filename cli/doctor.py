@@ -21,7 +21,7 @@ from services.adapters.provisioning import (
     side_stream_configs,
 )
 from services.adapters.settings import Settings
-from services.workers import WORKERS
+from services.workers import all_consumers
 
 LAG_WARNING = 10_000
 PROVISION_HINT = "run `reminders provision` to create it"
@@ -70,20 +70,12 @@ async def _bucket_check(nc: Client, settings: Settings) -> Check:
     return Check(f"bucket {settings.kv_bucket}", True, f"{status.values} values")
 
 
-def _durables(settings: Settings) -> list[tuple[str, str]]:
-    """(stream, durable) of every worker's consumer, as `reminders provision` makes them
-    (every partition's, when the projector is partitioned)."""
-    settings = settings.model_copy(update={"projector_partition": None})
-    return [
-        (durable.stream, durable.name)
-        for make in WORKERS.values()
-        for durable in make(settings).consumers()
-    ]
-
-
 async def _consumer_checks(nc: Client, settings: Settings) -> list[Check]:
+    """Every worker's durable, as `reminders provision` makes them (every partition's,
+    when the projector is partitioned)."""
     checks = []
-    for stream, durable in _durables(settings):
+    for consumer in all_consumers(settings):
+        stream, durable = consumer.stream, consumer.name
         info = await _pulled_consumer_info(nc, stream, durable)
         if info is None:
             checks.append(Check(f"consumer {durable}", False, f"missing: {PROVISION_HINT}"))

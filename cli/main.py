@@ -11,8 +11,7 @@ from rich.console import Console
 
 from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
 from services.adapters.settings import Settings
-
-SERVICE_NAMES = ("gateway", "projector", "propagator", "observer", "providers")
+from services.workers import WORKERS
 
 app = typer.Typer(
     name="reminders",
@@ -80,9 +79,7 @@ def up(
 
 @app.command()
 def serve(
-    service: str = typer.Argument(
-        ..., help="Which service to run: gateway, projector, propagator, observer or providers."
-    ),
+    service: str = typer.Argument(..., help=f"Which service to run: {', '.join(WORKERS)}."),
     nats_url: str | None = nats_option(),
 ) -> None:
     """Run one service in the foreground (configuration from REMINDERS_* variables)."""
@@ -90,13 +87,12 @@ def serve(
 
     configure_logging()
     settings = Settings.from_env(nats_url=nats_url)
-    if service not in SERVICE_NAMES:
-        _fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICE_NAMES)}")
+    if service not in WORKERS:
+        _fail(f"unknown service {service!r}; choose one of: {', '.join(WORKERS)}")
     from services.runtime import serve as serve_worker
-    from services.workers import WORKERS
 
     try:
-        serve_worker(WORKERS[service](settings), settings)
+        serve_worker(WORKERS[service].factory(settings), settings)
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # one readable line instead of a traceback
@@ -174,6 +170,8 @@ def doctor(
 
     settings = Settings.from_env(nats_url=nats_url or nats_alias)
     checks = asyncio.run(run_checks(settings))
+    if not checks[0].ok:  # not connected, so nothing else was checked: one line, no table
+        _fail(checks[0].detail)  # "cannot reach NATS at URL: <cause>", or "invalid NATS URL …"
     table = Table(title=f"reminders doctor: {settings.nats_url}")
     for column in ("check", "status", "detail"):
         table.add_column(column)
@@ -183,8 +181,6 @@ def doctor(
         )
     Console().print(table)
     failures = [check for check in checks if not check.ok]
-    if failures and failures[0].name == "connectivity":
-        _fail(failures[0].detail)  # "cannot reach NATS at URL: <cause>"
     if failures:
         missing = any(PROVISION_HINT in c.detail for c in failures)
         hint = "; run `reminders provision` to create what is missing" if missing else ""

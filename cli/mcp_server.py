@@ -11,6 +11,7 @@ stdout belongs to the MCP protocol alone.
 
 from __future__ import annotations
 
+from importlib.metadata import version as package_version
 from typing import Any
 
 import orjson
@@ -54,6 +55,8 @@ def _given(**values: Any) -> dict[str, Any]:
 def build_server(ledger: ReminderClient) -> FastMCP:
     """The MCP server, its tools bound to one ledger client."""
     server = FastMCP("reminder-ledger", instructions=INSTRUCTIONS, log_level="WARNING")
+    # FastMCP takes no version and reports the MCP SDK's as the server's own (serverInfo).
+    server._mcp_server.version = package_version("reminder-ledger")
 
     async def ask(op: str, payload: dict[str, Any]) -> CallToolResult:
         try:

@@ -11,15 +11,12 @@ from nats.aio.client import Client
 
 from services.adapters.provisioning import ensure_consumer, provision
 from services.adapters.settings import Settings
-from services.workers import WORKERS
+from services.workers import all_consumers
 
 
 async def provision_all(nc: Client, settings: Settings) -> dict[str, str]:
     """What was created, updated or left unchanged, by name."""
-    # Every partition's durable, whichever one this process's environment names.
-    settings = settings.model_copy(update={"projector_partition": None})
     done = await provision(nc.jetstream(), settings)
-    for make in WORKERS.values():
-        for durable in make(settings).consumers():
-            done[f"{durable.stream}/{durable.name}"] = await ensure_consumer(nc, durable)
+    for durable in all_consumers(settings):
+        done[f"{durable.stream}/{durable.name}"] = await ensure_consumer(nc, durable)
     return done

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cli.embedded import free_port
 from services.adapters.settings import Settings
+from services.workers import WORKERS
 
 
 class SupervisorError(RuntimeError):
@@ -78,7 +79,7 @@ def spawn_service(
     env = {
         **os.environ,
         "REMINDERS_NATS_URL": settings.nats_url,
-        "REMINDERS_HTTP_PORT": str(port),
+        WORKERS[name].http_port_env: str(port),
         "REMINDERS_STREAM": settings.stream,
         **(extra_env or {}),
     }

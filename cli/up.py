@@ -8,6 +8,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,10 @@ from contracts.decode import decode
 from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
 from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
+from services.workers import WORKERS
 
-#: Services `up` runs, in start order. Each is `reminders serve NAME`.
-SERVICES: tuple[str, ...] = ("gateway", "projector", "propagator", "observer", "providers")
+#: Services `up` runs, in start order: every registered worker. Each is `reminders serve NAME`.
+SERVICES: tuple[str, ...] = tuple(WORKERS)
 
 
 class UpError(RuntimeError):
@@ -84,13 +86,7 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
         console.print(f"NATS at {settings.nats_url}; provisioned:", soft_wrap=True)
         for line in provision_summary(provisioned):
             console.print(f"  {line}", soft_wrap=True, highlight=False)
-        for name in SERVICES:
-            if name == "projector" and settings.projector_partitions > 1:
-                system.services += spawn_partitions(settings)
-                continue
-            log_path = settings.data_dir / "logs" / f"{name}.log"
-            extra = providers_env(settings) if name == "providers" else None
-            system.services.append(spawn_service(name, settings, log_path, extra))
+        system.services += spawn_workers(settings)
         wait_ready(system.services, timeout_s=30)
         system.scrape_targets = settings.data_dir / "prometheus" / "targets.json"
         write_scrape_targets(system.services, system.scrape_targets)
@@ -109,17 +105,19 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
     return system
 
 
-def spawn_partitions(settings: Settings) -> list[ServiceProcess]:
-    """One projector process per partition (REMINDERS_PROJECTOR_PARTITIONS > 1)."""
+def spawn_workers(settings: Settings) -> list[ServiceProcess]:
+    """Every registered worker's processes (one per partition for a partitioned projector),
+    in registry order, each logging to `DATA_DIR/logs/<label>.log`."""
     processes = []
-    for partition in range(settings.projector_partitions):
-        label = f"projector-p{partition}"
-        env = {
-            "REMINDERS_PROJECTOR_PARTITIONS": str(settings.projector_partitions),
-            "REMINDERS_PROJECTOR_PARTITION": str(partition),
-        }
-        log_path = settings.data_dir / "logs" / f"{label}.log"
-        processes.append(spawn_service("projector", settings, log_path, env, label=label))
+    for worker in WORKERS.values():
+        for process in worker.processes_for(settings):
+            added = UP_ENV.get(worker.name)
+            env = {**process.env, **(added(settings) if added else {})}
+            log_path = settings.data_dir / "logs" / f"{process.label}.log"
+            label = "" if process.label == worker.name else process.label
+            processes.append(
+                spawn_service(worker.name, settings, log_path, env or None, label=label)
+            )
     return processes
 
 
@@ -131,16 +129,21 @@ def provision_summary(done: dict[str, str]) -> list[str]:
     return [f"{what}: {', '.join(names)}" for what, names in by_outcome.items()]
 
 
-def providers_env(settings: Settings) -> dict[str, str] | None:
+def providers_env(settings: Settings) -> dict[str, str]:
     """`REMINDERS_PROVIDERS_CONFIG` for the providers service: the one given, else
     `DATA_DIR/providers.toml`, written with the defaults and an example rule on first run."""
     if settings.providers_config is not None or os.environ.get("REMINDERS_PROVIDERS_CONFIG"):
-        return None
+        return {}
     path = settings.data_dir / "providers.toml"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(DEMO_PROVIDERS_TOML, encoding="utf-8")
     return {"REMINDERS_PROVIDERS_CONFIG": str(path.resolve())}
+
+
+#: What `up` adds to a worker's environment beyond the settings, by worker: the providers'
+#: configuration (`up` gives them its demo rules, a deployment mounts its own).
+UP_ENV: dict[str, Callable[[Settings], dict[str, str]]] = {"providers": providers_env}
 
 
 async def run_provider_demo(

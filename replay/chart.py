@@ -103,7 +103,7 @@ class Bar:
 
 
 @dataclass(frozen=True)
-class Row:
+class ReminderTimeline:
     """Everything that happened to one reminder id, in order of first appearance."""
 
     reminder_id: str
@@ -131,7 +131,7 @@ class Chart:
     """The whole chart, ready to draw."""
 
     turns: tuple[int, ...]
-    rows: tuple[Row, ...]
+    rows: tuple[ReminderTimeline, ...]
     envelopes: tuple[Envelope, ...]
     session_markers: tuple[Marker, ...]
     """Session-wide events: one `envelope` per delivery and one `compacted` per compaction."""
@@ -301,7 +301,9 @@ def chart(events: Iterable[ev.Event]) -> Chart:
     return Chart(
         turns=tuple(range(first, last + 1)),
         rows=tuple(
-            Row(b.reminder_id, tuple(b.bars), tuple(b.markers), b.label or b.reminder_id)
+            ReminderTimeline(
+                b.reminder_id, tuple(b.bars), tuple(b.markers), b.label or b.reminder_id
+            )
             for b in rows.values()
         ),
         envelopes=tuple(lanes.envelopes),

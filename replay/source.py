@@ -28,9 +28,6 @@ from services.adapters.session_read import RawStored, iterate_direct, session_me
 
 EVENT_FILTER = EVENT_SUBJECTS
 
-Row = StoredEvent
-"""Former name of `contracts.stored.StoredEvent`, kept for callers not yet switched."""
-
 
 def _check_schema(envelope: dict[str, Any], where: str) -> None:
     """Refuse an envelope version that no upcaster brings to this build's (SPEC §3.7)."""

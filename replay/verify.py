@@ -26,6 +26,7 @@ from contracts import events as ev
 from contracts.agent_events import RuntimeEvent
 from contracts.commands import Evaluate
 from contracts.state import PendingRow, SessionState
+from contracts.stored import StoredEvent
 from core import CommandContext, decide, fold_all, rules
 from core.canonical import links, sha256_hex
 from core.cost import ESTIMATORS, eligible, shed_to_budget, summary_of, withholds
@@ -35,10 +36,9 @@ from core.providers import ProvidersConfig, default_config, evaluate_event
 from core.redact import markers, redact
 from core.render import Format, envelope_text, is_spoofing, render_candidates, speaker_for
 from replay.engine import decode_rows
-from replay.source import Row
 
 
-def _name(row: Row) -> str:
+def _name(row: StoredEvent) -> str:
     envelope = row.envelope
     return (
         f"event session_seq {envelope.get('session_seq')} "
@@ -46,7 +46,7 @@ def _name(row: Row) -> str:
     )
 
 
-def check_chain(rows: Sequence[Row]) -> str | None:
+def check_chain(rows: Sequence[StoredEvent]) -> str | None:
     """The first break of `session_seq` contiguity or of the hash chain, if any."""
     previous = ""
     for expected, row in enumerate(rows, start=1):
@@ -364,7 +364,7 @@ def _check_compacted(
     return None
 
 
-def verify(rows: Sequence[Row]) -> str | None:
+def verify(rows: Sequence[StoredEvent]) -> str | None:
     """The first divergence or break in a session's rows, named; None when all holds."""
     broken = check_chain(rows)
     if broken is not None:
@@ -411,7 +411,7 @@ def _evaluate_groups(events: Sequence[ev.Event]) -> list[tuple[int, list[ev.Even
 
 
 def verify_providers(
-    rows: Sequence[Row],
+    rows: Sequence[StoredEvent],
     config: ProvidersConfig | None = None,
     runtime_events: Mapping[str, RuntimeEvent] | None = None,
 ) -> ProvidersVerdict:

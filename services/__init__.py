@@ -1,1 +1,1 @@
-"""Entrypoints and adapters: one package per microservice, plus the `reminders` CLI."""
+"""The services: the adapters, one runtime, one package per worker and their registry."""

@@ -1,12 +1,13 @@
 """A durable pull consumer that hands each decoded event to a plain handler.
 
-A handler is an async function of one event that returns an `Outcome`; it never sees a NATS
-message, so a unit test calls it directly with fake ports. This loop does the rest, the same
-way for every worker: decode, checking the event against its subject (what does not decode
-goes to the dead-letter stream with the decoder's code),
-one consumer span per message continuing the command's trace, and settling by the outcome —
-ack, redeliver after a delay, or copy to the DLQ and ack. An exception from a handler is never
-swallowed: it is logged and the message is redelivered.
+A handler is an async function of one event that returns a `Settlement` (how the message is
+settled); it never sees a NATS message, so a unit test calls it directly with fake ports. This
+loop does the rest, the same way for every worker: decode, checking the event against its
+subject (what does not decode goes to the dead-letter stream with the decoder's code), one
+consumer span per message continuing the command's trace, and settling — ack, redeliver after
+a delay, or copy to the DLQ and ack. An exception from a handler is never swallowed: it is
+logged and the message is redelivered. `send_command` is the one reply path of a worker that
+asks the gateway (the propagator, the providers).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
@@ -31,11 +32,12 @@ from services.adapters.telemetry import consumer_span
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.consumer")
+#: Nanoseconds per second: JetStream's durations (ack_wait, expires, …) are nanoseconds.
 NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Settlement:
     """How a handled message is settled."""
 
     action: Literal["ack", "retry", "dead_letter"]
@@ -44,20 +46,49 @@ class Outcome:
     reason: str = ""
 
 
-ACK = Outcome("ack")
+ACK = Settlement("ack")
 
 
-def retry(delay_s: float = 1.0) -> Outcome:
+def retry(delay_s: float = 1.0) -> Settlement:
     """Redeliver after `delay_s` (the cause is transient: a gateway away, a conflict)."""
-    return Outcome("retry", delay_s=delay_s)
+    return Settlement("retry", delay_s=delay_s)
 
 
-def dead_letter(code: str, reason: str) -> Outcome:
+def dead_letter(code: str, reason: str) -> Settlement:
     """Copy to the dead-letter stream with a stable code, then ack (SPEC §6.4)."""
-    return Outcome("dead_letter", code=code, reason=reason)
+    return Settlement("dead_letter", code=code, reason=reason)
 
 
-Handler = Callable[[Event], Awaitable[Outcome]]
+Handler = Callable[[Event], Awaitable[Settlement]]
+
+#: Sends one command to the gateway and returns its reply; raises when nobody answered.
+Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+#: Gateway answers that a later attempt may turn into an ok.
+RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
+
+
+async def send_command(
+    request: Request, op: str, command: dict[str, Any], refused: str
+) -> tuple[Settlement, dict[str, Any]]:
+    """Send one command to the gateway and settle by its reply (the worker reply path).
+
+    Ack once the gateway replied ok; redeliver after a delay while it is away (nobody
+    answered) or its answer may change (`RETRYABLE`); dead-letter what it refuses for good,
+    with its code and `refused` as the reason. Returns the reply too (`{}` when none came),
+    so a worker can read an ok reply's fields.
+    """
+    try:
+        reply = await request(op, command)
+    except Exception as exc:  # gateway away: retried by redelivery, never dropped
+        log.warning("gateway unavailable", extra={"op": op, "error": type(exc).__name__})
+        return retry(), {}
+    if reply.get("ok"):
+        return ACK, reply
+    code = str(reply.get("error", {}).get("code", "invalid_reply"))
+    if code in RETRYABLE:
+        return retry(), reply
+    return dead_letter(code, refused), reply
 
 
 def durable_consumer(
@@ -96,7 +127,7 @@ class EventConsumer:
     async def run_messages(
         self,
         runtime: Runtime,
-        outcome_of: Callable[[Msg], Awaitable[Outcome]],
+        outcome_of: Callable[[Msg], Awaitable[Settlement]],
         stop: asyncio.Event,
         key_of: Callable[[Msg], str] | None = None,
     ) -> None:
@@ -121,7 +152,7 @@ class EventConsumer:
         self,
         runtime: Runtime,
         subscription: JetStreamContext.PullSubscription,
-        outcome_of: Callable[[Msg], Awaitable[Outcome]],
+        outcome_of: Callable[[Msg], Awaitable[Settlement]],
         stop: asyncio.Event,
         key_of: Callable[[Msg], str],
     ) -> None:
@@ -179,7 +210,7 @@ class EventConsumer:
             return []
 
     async def _settle(
-        self, runtime: Runtime, message: Msg, outcome_of: Callable[[Msg], Awaitable[Outcome]]
+        self, runtime: Runtime, message: Msg, outcome_of: Callable[[Msg], Awaitable[Settlement]]
     ) -> None:
         span = consumer_span(self.tracer, message.subject, message.headers, self.durable.name)
         try:
@@ -200,7 +231,7 @@ class EventConsumer:
                 await message.nak(delay=1.0)
 
     @staticmethod
-    async def _outcome(message: Msg, handle: Handler) -> Outcome:
+    async def _outcome(message: Msg, handle: Handler) -> Settlement:
         try:
             event = decode(message.data, subject=message.subject)
         except DecodeError as exc:

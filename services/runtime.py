@@ -71,6 +71,15 @@ class Runtime:
         return self.ready and self.nc is not None and self.nc.is_connected
 
 
+@dataclass(frozen=True)
+class WorkerProcess:
+    """One process that runs a worker (`reminders serve NAME` with this environment):
+    most workers are one, a partitioned projector one per partition."""
+
+    label: str
+    env: dict[str, str]
+
+
 class Worker(Protocol):
     """A service: what it sets up, its main loop, and what it releases."""
 

@@ -23,6 +23,8 @@ log = logging.getLogger("reminders.nats")
 
 #: How long a command-line tool waits for its first connection (SPEC §11: one line in 2 s).
 CLI_CONNECT_TIMEOUT_S = 1.5
+#: The schemes nats-py connects with.
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 
 
 class NatsUnreachable(RuntimeError):
@@ -32,6 +34,14 @@ class NatsUnreachable(RuntimeError):
         super().__init__(f"cannot reach NATS at {url}: {cause}")
         self.url = url
         self.cause = cause
+
+
+class InvalidNatsUrl(NatsUnreachable):
+    """The URL is no NATS URL at all (a wrong scheme, a bad port, no host): nothing was tried."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(url, cause)
+        self.args = (f"invalid NATS URL {url}: {cause}",)
 
 
 def describe_failure(exc: BaseException | None, timeout_s: float) -> tuple[str, bool]:
@@ -54,6 +64,23 @@ def describe_failure(exc: BaseException | None, timeout_s: float) -> tuple[str, 
     return text[:200], False
 
 
+def url_problem(url: str) -> str | None:
+    """Why `url` (one server or a comma-separated cluster) is no NATS URL, or None.
+
+    nats-py reads `http://host:4222` as the host `http` and fails with a DNS lookup, and a
+    bad port with a bare `invalid connect url option`: say what is wrong instead.
+    """
+    for server in server_urls(url):
+        scheme = server.split("://", 1)[0].lower() if "://" in server else "nats"
+        if scheme not in NATS_SCHEMES:
+            return f"wrong scheme {scheme}:// (use nats://HOST:PORT, or tls://, ws://, wss://)"
+        try:
+            Client._parse_server_uri(server)
+        except nats.errors.Error:
+            return f"{server} is not HOST:PORT (use nats://HOST:PORT)"
+    return None
+
+
 async def connect_url(
     url: str,
     name: str,
@@ -68,6 +95,9 @@ async def connect_url(
     retrying cannot cure (refused, DNS, authorization, TLS) ends it at once — what a
     command-line tool wants. Either way a failure is `NatsUnreachable` naming the cause.
     """
+    problem = url_problem(url)
+    if problem is not None:
+        raise InvalidNatsUrl(url, problem)
     errors: list[BaseException] = []
     hopeless = asyncio.Event()
     connecting = True

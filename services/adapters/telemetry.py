@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import Span, SpanKind, Tracer
 from prometheus_client import REGISTRY, generate_latest
 
+from core.projection import Verdict
 from services.adapters.settings import Settings
 
 _PROVIDER: MeterProvider | None = None
@@ -216,6 +217,7 @@ class GatewayMetrics:
         conflicts = labelled_count(
             meter, "reminders_occ_conflicts", "Optimistic-concurrency conflicts"
         )
+        conflicts.add(0)  # a documented series exists before its first increment
         return cls(
             commands=commands,
             latency=meter.create_histogram(
@@ -250,16 +252,19 @@ class ProjectorMetrics:
             callbacks=[lambda _options: [Observation(lag[0])]],
             description="Events in the stream not yet delivered to the projector",
         )
+        dead_letters = meter.create_counter(
+            "reminders_dlq_messages", description="Poison messages copied to the DLQ"
+        )
+        dead_letters.add(0)  # a documented series exists before its first increment
+        events = meter.create_counter("reminders_projector_events", description="Events by verdict")
+        for verdict in Verdict:  # every verdict's series from the start, at 0
+            events.add(0, {"verdict": verdict.value})
         return cls(
-            events=meter.create_counter(
-                "reminders_projector_events", description="Events by verdict"
-            ),
+            events=events,
             apply_latency=meter.create_histogram(
                 "reminders_projector_apply_latency", unit="s", description="Per-session apply"
             ),
-            dead_letters=meter.create_counter(
-                "reminders_dlq_messages", description="Poison messages copied to the DLQ"
-            ),
+            dead_letters=dead_letters,
             lag=lag,
         )
 

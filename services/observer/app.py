@@ -20,12 +20,11 @@ from opentelemetry import trace
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 
 from contracts import events as ev
-from contracts.subjects import EVENT_SUBJECTS, acp_subject
-from core import session_token
+from contracts.subjects import EVENT_SUBJECTS, acp_subject, session_token
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
-from services.consumer import ACK, EventConsumer, Outcome, durable_consumer
+from services.consumer import ACK, EventConsumer, Settlement, durable_consumer
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.observer")
@@ -85,6 +84,11 @@ def acp_notifications(event: ev.Event) -> list[dict[str, Any]]:
     return [acp_notification(event), acp_extension_notification(event)]
 
 
+def observer_consumers(settings: Settings) -> list[DurableConsumer]:
+    """Its own durable consumer of every event."""
+    return [durable_consumer(settings.stream, DURABLE, EVENT_SUBJECTS, max_ack_pending=1000)]
+
+
 @dataclass
 class ObserverMetrics:
     """Dashboard-ready instruments: no custom code needed downstream."""
@@ -101,7 +105,7 @@ class ObserverMetrics:
     def create(cls) -> ObserverMetrics:
         """Register the instruments on the process meter."""
         meter = meter_provider("reminders-observer").get_meter("observer")
-        return cls(
+        metrics = cls(
             lifecycle=meter.create_counter(
                 "reminders_lifecycle_events", description="Lifecycle events by kind and reason"
             ),
@@ -129,6 +133,11 @@ class ObserverMetrics:
                 description="Directive-shaped tags escaped in tool output (SPEC §12.5)",
             ),
         )
+        # The label-free series exist before their first change (the labelled ones appear
+        # with their first kind and reason).
+        metrics.live.add(0)
+        metrics.ttl_expiries.add(0)
+        return metrics
 
     def _held_back(self, summary: ev.RenderSummary | None) -> None:
         if summary is None:
@@ -186,7 +195,7 @@ def span_event(event: ev.Event) -> None:
     trace.get_current_span().add_event(f"reminder.{event.kind}", attributes)
 
 
-async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publish) -> Outcome:
+async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publish) -> Settlement:
     """Count one event, note it on the current span, and notify ACP clients of a `fired`:
     the `session/update`, then right after it the `_reminders/emitted` extension."""
     metrics.observe(event)
@@ -209,9 +218,7 @@ class Observer:
 
     def consumers(self) -> list[DurableConsumer]:
         """Its own durable consumer of every event."""
-        return [
-            durable_consumer(self.settings.stream, DURABLE, EVENT_SUBJECTS, max_ack_pending=1000)
-        ]
+        return observer_consumers(self.settings)
 
     async def start(self, runtime: Runtime) -> None:
         """Register the instruments and set up the consumer loop."""

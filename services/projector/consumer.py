@@ -17,7 +17,8 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-NS = 1_000_000_000
+from services.consumer import NS
+
 H_PIN_ID = "Nats-Pin-Id"
 
 

@@ -27,6 +27,7 @@ from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.projector.adapters import NatsDelivery
 from services.projector.consumer import pinned_consumer_config
+from services.runtime import WorkerProcess
 
 DURABLE = "projector"
 GROUP = "projector"
@@ -97,3 +98,20 @@ def projector_source(settings: Settings) -> ProjectorSource:
         partition_durable(settings.projector_partition),
         lambda message: SourcedDelivery(message, origin),
     )
+
+
+def projector_processes(settings: Settings) -> list[WorkerProcess]:
+    """The projector processes to run: one, or one per partition (`projector-p<p>`, each
+    told its partition) when REMINDERS_PROJECTOR_PARTITIONS > 1."""
+    if settings.projector_partitions == 1:
+        return [WorkerProcess(DURABLE, {})]
+    return [
+        WorkerProcess(
+            f"{DURABLE}-p{partition}",
+            {
+                "REMINDERS_PROJECTOR_PARTITIONS": str(settings.projector_partitions),
+                "REMINDERS_PROJECTOR_PARTITION": str(partition),
+            },
+        )
+        for partition in range(settings.projector_partitions)
+    ]

@@ -9,28 +9,33 @@ a delay while the gateway is away or busy; dead-letter what the gateway refuses 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from opentelemetry.metrics import Meter
 
 from contracts.events import Event, HandedOff
 from contracts.subjects import kind_subject_filter
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
-from services.adapters.telemetry import tracer_provider
-from services.consumer import ACK, EventConsumer, Outcome, dead_letter, durable_consumer, retry
+from services.adapters.telemetry import (
+    LabelledCount,
+    labelled_count,
+    meter_provider,
+    tracer_provider,
+)
+from services.consumer import (
+    EventConsumer,
+    Request,
+    Settlement,
+    dead_letter,
+    durable_consumer,
+    send_command,
+)
 from services.runtime import Runtime
-
-log = logging.getLogger("reminders.propagator")
 
 DURABLE = "propagator"
 FILTER = kind_subject_filter("handed_off")
-#: Gateway answers that a later attempt may turn into an ok.
-RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
-
-#: Sends one command to the gateway and returns its reply; raises when nobody answered.
-Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def inherit_command(event: Event) -> dict[str, Any]:
@@ -48,21 +53,68 @@ def inherit_command(event: Event) -> dict[str, Any]:
     }
 
 
-async def handle_handed_off(event: Event, request: Request) -> Outcome:
-    """Ask the gateway to apply one handoff to the child session."""
+#: How the delivery of a `handed_off` event ended: applied to the child, already applied (a
+#: redelivery, answered from the log), redelivered later, or dead-lettered.
+HANDOFF_OUTCOMES = ("applied", "already_applied", "retried", "dead_lettered")
+#: What became of each reminder handed to a child: inherited, or skipped (already live there).
+REMINDER_OUTCOMES = ("inherited", "skipped")
+
+
+@dataclass
+class PropagatorMetrics:
+    """The propagator's counters, every series published at 0 from the start."""
+
+    handoffs: LabelledCount
+    reminders: LabelledCount
+
+    @classmethod
+    def create(cls, meter: Meter) -> PropagatorMetrics:
+        """Register the counters on `meter`."""
+        handoffs = labelled_count(
+            meter, "reminders_propagator_handoffs", "handed_off events handled, by outcome"
+        )
+        reminders = labelled_count(
+            meter, "reminders_propagator_reminders", "Reminders handed to child sessions"
+        )
+        for outcome in HANDOFF_OUTCOMES:
+            handoffs.add(0, {"outcome": outcome})
+        for outcome in REMINDER_OUTCOMES:
+            reminders.add(0, {"outcome": outcome})
+        return cls(handoffs, reminders)
+
+    def count(self, settlement: Settlement, reply: dict[str, Any]) -> None:
+        """Count one settled `handed_off` event and, once applied, its reminders."""
+        if settlement.action == "retry":
+            outcome = "retried"
+        elif settlement.action == "dead_letter":
+            outcome = "dead_lettered"
+        else:
+            outcome = "already_applied" if reply.get("already_applied") else "applied"
+        self.handoffs.add(1, {"outcome": outcome})
+        if outcome == "applied":
+            self.reminders.add(len(reply.get("inherited_ids", [])), {"outcome": "inherited"})
+            self.reminders.add(len(reply.get("skipped_ids", [])), {"outcome": "skipped"})
+
+
+async def handle_handed_off(
+    event: Event, request: Request, metrics: PropagatorMetrics | None = None
+) -> Settlement:
+    """Ask the gateway to apply one handoff to the child session (and count how it went)."""
+    reply: dict[str, Any] = {}
     if not isinstance(event.payload, HandedOff):
-        return dead_letter("invalid_event", "not a handed_off event")
-    try:
-        reply = await request("inherit", inherit_command(event))
-    except Exception as exc:  # gateway away: retried by redelivery, never dropped
-        log.warning("gateway unavailable", extra={"error": type(exc).__name__})
-        return retry()
-    if reply.get("ok"):
-        return ACK
-    code = str(reply.get("error", {}).get("code", "invalid_reply"))
-    if code in RETRYABLE:
-        return retry()
-    return dead_letter(code, "the gateway refused the inheritance")
+        settlement = dead_letter("invalid_event", "not a handed_off event")
+    else:
+        settlement, reply = await send_command(
+            request, "inherit", inherit_command(event), "the gateway refused the inheritance"
+        )
+    if metrics is not None:
+        metrics.count(settlement, reply)
+    return settlement
+
+
+def propagator_consumers(settings: Settings) -> list[DurableConsumer]:
+    """Its durable consumer of `handed_off` events."""
+    return [durable_consumer(settings.stream, DURABLE, FILTER, max_ack_pending=64)]
 
 
 @dataclass
@@ -72,23 +124,27 @@ class Propagator:
     settings: Settings
     name: str = DURABLE
     consumer: EventConsumer | None = None
+    metrics: PropagatorMetrics | None = None
 
     def consumers(self) -> list[DurableConsumer]:
         """Its durable consumer of `handed_off` events."""
-        return [durable_consumer(self.settings.stream, DURABLE, FILTER, max_ack_pending=64)]
+        return propagator_consumers(self.settings)
 
     async def start(self, runtime: Runtime) -> None:
-        """Set up the consumer loop."""
+        """Register the counters and set up the consumer loop."""
+        self.metrics = PropagatorMetrics.create(
+            meter_provider("reminders-propagator").get_meter(DURABLE)
+        )
         tracer = tracer_provider("reminders-propagator", self.settings).get_tracer(DURABLE)
         self.consumer = EventConsumer(self.consumers()[0], batch=16, tracer=tracer)
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Consume `handed_off` events until stopped."""
         assert self.consumer is not None
-
-        request = runtime.command
-
-        await self.consumer.run(runtime, lambda event: handle_handed_off(event, request), stop)
+        request, metrics = runtime.command, self.metrics
+        await self.consumer.run(
+            runtime, lambda event: handle_handed_off(event, request, metrics), stop
+        )
 
     async def stop(self, runtime: Runtime) -> None:
         """Nothing of its own to release."""

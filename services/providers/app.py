@@ -48,17 +48,23 @@ from services.adapters.projection import BucketReader, Projected, TooManyWaiting
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
-from services.consumer import ACK, EventConsumer, Outcome, dead_letter, retry
+from services.consumer import (
+    ACK,
+    EventConsumer,
+    Request,
+    Settlement,
+    dead_letter,
+    durable_consumer,
+    retry,
+    send_command,
+)
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.providers")
 
 DURABLE = "providers"
-#: Gateway answers that a later attempt may turn into an ok.
-RETRYABLE = frozenset({"unavailable", "conflict", "rate_limited"})
 #: Sessions whose last evaluate reply is remembered (for `min_seq`).
 REMEMBERED_SESSIONS = 100_000
-NS = 1_000_000_000
 
 #: How long a view older than `min_seq` is waited for before the event is redelivered.
 VIEW_WAIT_S = 2.0
@@ -68,9 +74,6 @@ MAX_WAITING_VIEWS = 1024
 #: Per session: a session's runtime events are handled one after another, so one wait is
 #: the norm; the spare places only cover a redelivery racing its first delivery.
 MAX_WAITING_VIEWS_PER_SESSION = 4
-
-#: Sends one command to the gateway and returns its reply; raises when nobody answered.
-Request = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class ViewReads(Protocol):
@@ -151,7 +154,7 @@ async def handle_runtime_event(
     last_replies: LastReplies,
     count: Callable[[str, str], None] = lambda provider_id, reason: None,
     wait_s: float = VIEW_WAIT_S,
-) -> Outcome:
+) -> Settlement:
     """Read the view, evaluate, send one `evaluate`, settle."""
     min_seq = last_replies.get(event.session_id) or 0
     try:
@@ -169,25 +172,19 @@ async def handle_runtime_event(
     command = evaluate_command(event, view, config)
     if command is None:
         return ACK
-    try:
-        reply = await request(EVALUATE_OP, command)
-    except Exception as exc:
-        log.warning("evaluate failed", extra={"error": type(exc).__name__})
-        return retry()
-    if reply.get("ok"):
+    outcome, reply = await send_command(
+        request, EVALUATE_OP, command, "the gateway refused the evaluation"
+    )
+    if outcome == ACK:
         last_replies.put(event.session_id, int(reply.get("session_seq", 0)))
         for evaluation in command["evaluations"]:
             count(evaluation["provider_id"], evaluation["reason"])
-        return ACK
-    code = str(reply.get("error", {}).get("code", "invalid_reply"))
-    if code in RETRYABLE:
-        return retry()
-    return dead_letter(code, "the gateway refused the evaluation")
+    return outcome
 
 
 async def runtime_event_outcome(
-    message: Msg, handle: Callable[[RuntimeEvent], Awaitable[Outcome]]
-) -> Outcome:
+    message: Msg, handle: Callable[[RuntimeEvent], Awaitable[Settlement]]
+) -> Settlement:
     """Decode one delivered runtime event (poison → DLQ with its code) and handle it."""
     try:
         event = decode_runtime_event(message.data, subject=message.subject)
@@ -196,20 +193,13 @@ async def runtime_event_outcome(
     return await handle(event)
 
 
-def providers_consumer(settings: Settings) -> DurableConsumer:
-    """The durable consumer of every runtime event."""
-    return DurableConsumer(
-        settings.agent_events_stream,
-        {
-            "durable_name": DURABLE,
-            "filter_subject": AGENT_EVENT_SUBJECTS,
-            "ack_policy": "explicit",
-            "deliver_policy": "all",
-            "ack_wait": 30 * NS,
-            "max_ack_pending": 256,
-            "max_deliver": -1,
-        },
-    )
+def providers_consumers(settings: Settings) -> list[DurableConsumer]:
+    """Its durable consumer of every runtime event, on AGENT_EVENTS."""
+    return [
+        durable_consumer(
+            settings.agent_events_stream, DURABLE, AGENT_EVENT_SUBJECTS, max_ack_pending=256
+        )
+    ]
 
 
 @dataclass
@@ -226,7 +216,7 @@ class Providers:
 
     def consumers(self) -> list[DurableConsumer]:
         """Its durable consumer on AGENT_EVENTS."""
-        return [providers_consumer(self.settings)]
+        return providers_consumers(self.settings)
 
     async def start(self, runtime: Runtime) -> None:
         """Load the configuration (a bad one refuses to start, with its code: the process
@@ -259,7 +249,7 @@ class Providers:
             if counter is not None:
                 counter.add(1, {"provider": provider_id, "reason": reason})
 
-        async def handle(event: RuntimeEvent) -> Outcome:
+        async def handle(event: RuntimeEvent) -> Settlement:
             return await handle_runtime_event(
                 event, config, request, reads, self.last_replies, count
             )

@@ -8,6 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nats.aio.client import Client
+
+from client.sdk import ReminderClient
+from services.adapters.settings import Settings
+from tests.processes import ServiceRunner
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -78,3 +84,22 @@ def test_help_is_whole_sentences_and_shows_flags_as_flags() -> None:
     for info in app.registered_commands:
         assert info.short_help is not None
         assert " ".join(info.short_help.split()) in flat, info.short_help
+
+
+async def test_export_rebuild_and_verify_projection_write_no_blank_line_on_stderr(
+    nc: Client, provisioned: Settings, services: ServiceRunner, tmp_path: Path
+) -> None:
+    services.start("gateway")
+    client = ReminderClient(nc)
+    assert (await client.inject("quiet-s", "check the build", ttl_turns=2))["ok"]
+    assert (await client.render("quiet-s", 0))["ok"]
+    url = provisioned.nats_url
+    runs = {
+        "export": reminders("export", "quiet-s", "--nats", url, "-o", str(tmp_path / "s.jsonl")),
+        "rebuild": reminders("rebuild", "--nats", url),
+        "verify-projection": reminders("verify-projection", "--nats", url),
+    }
+    for command, result in runs.items():
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+        lines = result.stderr.splitlines()
+        assert lines and all(line.strip() for line in lines), f"{command}: {result.stderr!r}"

@@ -18,6 +18,7 @@ from services.adapters.connection import (
     NatsUnreachable,
     connect_url,
     describe_failure,
+    url_problem,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,3 +150,30 @@ async def test_connect_classifies_each_cause_within_two_seconds(tmp_path: Path) 
     assert "timed out after" in describe_failure(None, 1.5)[0]
     assert "timed out after" in describe_failure(TimeoutError(), 1.5)[0]
     assert describe_failure(nats.errors.AuthorizationError(), 1.5)[1] is True
+
+
+@pytest.mark.parametrize(
+    ("url", "cause"),
+    [
+        ("http://127.0.0.1:4222", "wrong scheme http://"),
+        ("https://a:4222,nats://b:4222", "wrong scheme https://"),
+        ("nats://host:port", "is not HOST:PORT"),
+    ],
+)
+def test_a_url_that_is_no_nats_url_is_named_in_one_line_without_a_lookup(
+    url: str, cause: str
+) -> None:
+    for command in (("export", "--all"), ("doctor",)):
+        result, elapsed = reminders(*command, "--nats", url)
+        line = one_error_line(result)
+        assert line.startswith(f"error: invalid NATS URL {url}: ") and cause in line, line
+        assert "DNS" not in line and "nats: invalid connect url option" not in line
+        assert result.stdout == "", "doctor prints no table when it cannot connect"
+        assert elapsed < 6
+
+
+def test_url_problem_accepts_every_nats_scheme_and_a_bare_host_port() -> None:
+    for url in ("nats://a:4222", "tls://a:4222", "ws://a:8080", "wss://a", "a:4222", "a"):
+        assert url_problem(url) is None, url
+    assert url_problem("nats://a:4222,nats://b:4222") is None
+    assert "wrong scheme http://" in (url_problem("http://a:4222") or "")

@@ -26,10 +26,11 @@ import yaml
 
 from cli.embedded import free_port
 from client.sdk import ReminderClient
+from services.workers import WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
-SERVICES = {"gateway", "projector", "propagator", "observer", "providers"}
+SERVICES = set(WORKERS)
 PROMETHEUS = shutil.which("prometheus")
 
 pytestmark = pytest.mark.skipif(

@@ -12,7 +12,7 @@ from opentelemetry.trace import NoOpTracer
 
 from services.adapters.provisioning import DurableConsumer, ensure_consumer
 from services.adapters.settings import Settings
-from services.consumer import ACK, EventConsumer, Outcome, retry
+from services.consumer import ACK, EventConsumer, Settlement, retry
 from services.runtime import Runtime
 
 STREAM = "LANES"
@@ -75,7 +75,7 @@ async def test_a_slow_key_does_not_hold_up_the_other_keys_and_each_key_keeps_its
     finished = asyncio.Event()
     seen: dict[str, list[bytes]] = {"a": [], "b": [], "c": []}
 
-    async def outcome_of(message: Msg) -> Outcome:
+    async def outcome_of(message: Msg) -> Settlement:
         key = message.subject.rsplit(".", 1)[1]
         if message.data == b"a0":
             # Four in flight at most, and "a0" holds one place until every message of the
@@ -107,7 +107,7 @@ async def test_a_retried_message_comes_back_and_is_settled_later(
     finished = asyncio.Event()
     attempts: dict[bytes, int] = {}
 
-    async def outcome_of(message: Msg) -> Outcome:
+    async def outcome_of(message: Msg) -> Settlement:
         attempts[message.data] = attempts.get(message.data, 0) + 1
         if message.data == b"3" and attempts[message.data] == 1:
             return retry(0.2)

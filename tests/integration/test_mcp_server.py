@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ async def test_every_tool_over_stdio_and_ledger_errors_as_tool_errors(
     ):
         initialized = await mcp.initialize()
         assert initialized.serverInfo.name == "reminder-ledger"
+        assert initialized.serverInfo.version == version("reminder-ledger")  # ours, not the SDK's
         assert {tool.name for tool in (await mcp.list_tools()).tools} == TOOLS
 
         direct = ok(

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from nats.aio.client import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from client.sdk import ReminderClient
 from services.adapters.settings import Settings
@@ -103,6 +104,26 @@ async def test_a_trace_runs_from_the_command_to_the_projector_and_nothing_leaks(
     assert 'reminders_lifecycle_events_total{kind="fired"' in metrics
     assert "reminders_envelope_bytes" in metrics
     assert "reminders_ttl_expiries" in metrics
+
+    # The propagator counts what it handed on: the one handoff applied, its one reminder
+    # inherited, and the series it has not used yet at 0.
+    def propagator_counts() -> dict[tuple[str, str | None], float]:
+        _, propagated = running["propagator"].get("/metrics")
+        return {
+            (sample.name, sample.labels.get("outcome")): sample.value
+            for family in text_string_to_metric_families(propagated)
+            for sample in family.samples
+            if sample.name.startswith("reminders_propagator_")
+        }
+
+    for _ in range(100):  # bounded: a handoff the gateway asked to retry is applied later
+        counted = propagator_counts()
+        if counted.get(("reminders_propagator_handoffs_total", "applied")):
+            break
+        await asyncio.sleep(0.1)
+    assert counted[("reminders_propagator_handoffs_total", "applied")] == 1
+    assert counted[("reminders_propagator_handoffs_total", "dead_lettered")] == 0
+    assert counted[("reminders_propagator_reminders_total", "inherited")] == 1
 
     # Privacy: the canary is in every body, and nowhere else.
     for name, service in running.items():

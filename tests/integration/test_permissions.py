@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,16 +24,9 @@ from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
 ROOT = Path(__file__).resolve().parents[2]
-USERS = (
-    "admin",
-    "gateway",
-    "projector",
-    "propagator",
-    "observer",
-    "providers",
-    "client",
-    "replay",
-    "operator",
+#: Every user of the auth file (each worker's, and admin, client, replay, operator).
+USERS = tuple(
+    re.findall(r"user:\s*(\w+)\s*,", (ROOT / "k8s/base/nats-auth.conf").read_text("utf-8"))
 )
 
 

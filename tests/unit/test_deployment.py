@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from cli import main as cli
 from cli.embedded import nats_server_binary
+from services.workers import WORKERS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -33,8 +34,9 @@ KUBERNETES_VERSION = "1.34"
 IMAGE = "reminder-ledger"
 HTTP_PORT = 8080
 OTLP_HTTP_PORT = 4318
-#: The long-running services of SPEC §6.1, one Deployment and one compose container each.
-SERVICES = ("gateway", "projector", "propagator", "observer", "providers")
+#: The long-running services of SPEC §6.1, one Deployment and one compose container each:
+#: every registered worker.
+SERVICES = tuple(WORKERS)
 
 Doc = dict[str, Any]
 
@@ -249,7 +251,6 @@ def test_pods_mount_only_generated_config_maps_and_read_only_secrets_of_the_base
 
 
 def test_there_is_one_deployment_per_service_and_a_container_for_each_in_compose() -> None:
-    assert set(SERVICES) == set(cli.SERVICE_NAMES)
     assert set(service_deployments()) == set(SERVICES)
     served = set()
     for service in our_compose_services().values():
@@ -454,7 +455,7 @@ def test_every_reminders_command_that_a_deployment_runs_exists_in_the_cli(
     where = INVOCATIONS[arguments]
     assert arguments, f"{where} runs reminders without a command"
     if arguments[0] == "serve":
-        assert len(arguments) == 2 and arguments[1] in cli.SERVICE_NAMES, where
+        assert len(arguments) == 2 and arguments[1] in WORKERS, where
         arguments = arguments[:1]
     result = CliRunner().invoke(cli.app, [*arguments, "--help"])
     assert result.exit_code == 0, f"{where}: reminders {' '.join(arguments)}: {result.output}"

@@ -19,6 +19,7 @@ from services.adapters.telemetry import (
     metrics_text,
 )
 from services.observer.app import ObserverMetrics
+from services.propagator.app import PropagatorMetrics
 
 #: The OpenTelemetry SDK's default histogram bounds: what every histogram had before.
 OTEL_DEFAULT_BOUNDS = (0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0)
@@ -41,6 +42,7 @@ def exposition() -> dict[str, tuple[str, list[Sample]]]:
     gateway = GatewayMetrics.create(meter, lambda: 2)
     projector = ProjectorMetrics.create(meter)
     observer = ObserverMetrics.create()
+    propagator = PropagatorMetrics.create(meter)
     ok = {"op": "inject", "outcome": "ok"}
     gateway.commands.add(1, ok)
     gateway.latency.record(0.0031, ok)  # 3.1 ms: in the (2.5 ms, 5 ms] bucket
@@ -55,6 +57,8 @@ def exposition() -> dict[str, tuple[str, list[Sample]]]:
     observer.live.add(1)
     observer.envelope_bytes.record(700, {"format": "context-directives"})
     observer.ttl_expiries.add(1)
+    propagator.handoffs.add(1, {"outcome": "applied"})
+    propagator.reminders.add(1, {"outcome": "inherited"})
     text = metrics_text().decode()
     return {
         family.name: (family.type, family.samples)
@@ -154,6 +158,8 @@ def test_every_metric_name_follows_the_prometheus_conventions() -> None:
         "reminders_live": "gauge",
         "reminders_envelope_bytes": "histogram",
         "reminders_ttl_expiries": "counter",
+        "reminders_propagator_handoffs": "counter",
+        "reminders_propagator_reminders": "counter",
     }
     for name, kind in exposed.items():
         assert families[name][0] == kind, name
@@ -166,3 +172,54 @@ def test_labels_are_kinds_and_outcomes_only() -> None:
         for sample in samples:
             extra = set(sample.labels) - allowed - scope
             assert not extra, f"{name} carries labels {extra}"
+
+
+#: What a fresh process exposes before anything happened: each service's instruments made
+#: as its worker makes them at start-up, then one scrape (a process of its own, since the
+#: exposition is process-wide and the other tests here count into it).
+FRESH_SCRAPE = """
+from services.adapters.telemetry import GatewayMetrics, ProjectorMetrics, meter_provider
+from services.adapters.telemetry import metrics_text
+from services.observer.app import ObserverMetrics
+from services.propagator.app import PropagatorMetrics
+
+meter = meter_provider().get_meter("fresh")
+GatewayMetrics.create(meter, lambda: 0)
+ProjectorMetrics.create(meter)
+ObserverMetrics.create()
+PropagatorMetrics.create(meter)
+print(metrics_text().decode())
+"""
+
+
+def test_every_label_free_and_enumerable_series_is_exposed_at_zero_from_the_start() -> None:
+    import subprocess
+    import sys
+
+    scraped = subprocess.run(
+        [sys.executable, "-c", FRESH_SCRAPE], capture_output=True, text=True, check=True
+    ).stdout
+    values = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(scraped)
+        for sample in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float | None:
+        for (sample_name, sample_labels), sample_value in values.items():
+            ours = {k: v for k, v in sample_labels if not k.startswith("otel_scope")}
+            if sample_name == name and ours == labels:
+                return sample_value
+        return None
+
+    assert value("reminders_occ_conflicts_total") == 0
+    assert value("reminders_dlq_messages_total") == 0
+    assert value("reminders_ttl_expiries_total") == 0
+    assert value("reminders_live") == 0
+    assert value("reminders_projector_lag") == 0
+    for verdict in ("applied", "skipped", "poison"):
+        assert value("reminders_projector_events_total", verdict=verdict) == 0, verdict
+    for outcome in ("applied", "already_applied", "retried", "dead_lettered"):
+        assert value("reminders_propagator_handoffs_total", outcome=outcome) == 0, outcome
+    for outcome in ("inherited", "skipped"):
+        assert value("reminders_propagator_reminders_total", outcome=outcome) == 0, outcome

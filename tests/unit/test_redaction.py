@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from contracts import events as ev
+from contracts.stored import StoredEvent
 from contracts.subjects import event_subject
 from core import CoreConfig, canonical_json
 from core.redact import redact
-from replay.source import Row
 from replay.verify import verify
 from services.adapters.settings import Settings
 from tests.support import Driver
@@ -39,9 +39,9 @@ def test_ordinary_text_is_left_alone() -> None:
         assert redact(text) == (text, 0)
 
 
-def _rows(driver: Driver) -> list[Row]:
+def _rows(driver: Driver) -> list[StoredEvent]:
     return [
-        Row(e.to_wire(), n, event_subject(e.kind, e.session_id))
+        StoredEvent(e.to_wire(), n, event_subject(e.kind, e.session_id))
         for n, e in enumerate(driver.log, 1)
     ]
 
@@ -79,7 +79,7 @@ def test_verify_flags_a_redaction_count_that_the_body_does_not_bear_out() -> Non
     driver.inject(f"token {TOKENS['api_key']}")
     rows = _rows(driver)
     rows[0].envelope["payload"]["reminder"]["body"] = f"token {TOKENS['api_key']}"
-    problem = verify([Row(r.envelope, r.stream_seq, r.subject) for r in rows])
+    problem = verify([StoredEvent(r.envelope, r.stream_seq, r.subject) for r in rows])
     assert problem is not None  # the chain breaks first; a re-chained forgery fails the rule
 
 

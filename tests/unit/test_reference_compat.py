@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 from contracts import events as ev
+from contracts.stored import StoredEvent
 from contracts.subjects import event_subject
 from core.canonical import chain_link
-from replay.source import Row
 from replay.verify import verify
 from tests.support import Driver
 
 
-def _rows(driver: Driver) -> list[Row]:
+def _rows(driver: Driver) -> list[StoredEvent]:
     return [
-        Row(e.to_wire(), n, event_subject(e.kind, e.session_id))
+        StoredEvent(e.to_wire(), n, event_subject(e.kind, e.session_id))
         for n, e in enumerate(driver.log, 1)
     ]
 
@@ -81,6 +81,6 @@ def test_verify_flags_a_compaction_that_kept_two_survivors_of_one_key() -> None:
         body = {k: v for k, v in row.envelope.items() if k != "chain"}
         body["session_seq"] = seq
         previous = chain_link(previous, body)
-        fixed.append(Row({**body, "chain": previous}, seq, row.subject))
+        fixed.append(StoredEvent({**body, "chain": previous}, seq, row.subject))
     problem = verify(fixed)
     assert problem is not None and "preserved" in problem

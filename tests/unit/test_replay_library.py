@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 
+from contracts.stored import StoredEvent
 from core import canonical_json
 from core.canonical import chain_link, event_subject
 from replay.engine import Cut, replay
 from replay.errors import ReplayError
-from replay.source import Row, rows_from_file
+from replay.source import rows_from_file
 from replay.verify import verify
 from tests.golden.regen import GOLDEN_DIR
 from tests.unit.test_properties import SEQUENCE_SETTINGS, Script, run, scripts, show
@@ -21,20 +22,20 @@ from tests.unit.test_properties import SEQUENCE_SETTINGS, Script, run, scripts, 
 BASIC = GOLDEN_DIR / "basic_turns.events.jsonl"
 
 
-def rows_of(events: list[object]) -> list[Row]:
+def rows_of(events: list[object]) -> list[StoredEvent]:
     return [
-        Row(event.to_wire(), n, event_subject(event.kind, event.session_id))  # type: ignore[attr-defined]
+        StoredEvent(event.to_wire(), n, event_subject(event.kind, event.session_id))  # type: ignore[attr-defined]
         for n, event in enumerate(events, start=1)
     ]
 
 
-def rechain(rows: list[Row]) -> list[Row]:
+def rechain(rows: list[StoredEvent]) -> list[StoredEvent]:
     """What a forger who knows the algorithm does after editing: recompute every link."""
     previous, fixed = "", []
     for row in rows:
         body = {k: v for k, v in row.envelope.items() if k != "chain"}
         previous = chain_link(previous, body)
-        fixed.append(Row({**body, "chain": previous}, row.stream_seq, row.subject))
+        fixed.append(StoredEvent({**body, "chain": previous}, row.stream_seq, row.subject))
     return fixed
 
 
@@ -111,14 +112,14 @@ def test_a_forged_decision_with_a_valid_chain_is_named() -> None:
     assert problem is not None and "TTL pass" in problem
 
 
-def forged(name: str, edit: Callable[[list[Row]], object]) -> str | None:
+def forged(name: str, edit: Callable[[list[StoredEvent]], object]) -> str | None:
     """Edit a golden log, relink every event as a forger would, and verify it."""
     rows = copy.deepcopy(rows_from_file(GOLDEN_DIR / f"{name}.events.jsonl"))
     edit(rows)
     return verify(rechain(rows))
 
 
-def first(rows: list[Row], kind: str, **payload: Any) -> Row:
+def first(rows: list[StoredEvent], kind: str, **payload: Any) -> StoredEvent:
     return next(
         row
         for row in rows
@@ -128,7 +129,7 @@ def first(rows: list[Row], kind: str, **payload: Any) -> Row:
 
 
 def test_a_forged_handoff_spec_is_named() -> None:
-    def longer_ttl(rows: list[Row]) -> None:
+    def longer_ttl(rows: list[StoredEvent]) -> None:
         first(rows, "handed_off").envelope["payload"]["reminders"][0]["ttl_turns"] = 99
 
     problem = forged("compaction_and_handoff", longer_ttl)
@@ -136,7 +137,7 @@ def test_a_forged_handoff_spec_is_named() -> None:
 
 
 def test_a_forged_compaction_expiry_is_named() -> None:
-    def other_ttl(rows: list[Row]) -> None:
+    def other_ttl(rows: list[StoredEvent]) -> None:
         first(rows, "expired", reason="compaction").envelope["payload"]["ttl_turns_before"] = 5
 
     problem = forged("compaction_and_handoff", other_ttl)
@@ -144,7 +145,7 @@ def test_a_forged_compaction_expiry_is_named() -> None:
 
 
 def test_a_drain_that_no_seam_makes_is_named() -> None:
-    def half_a_drain(rows: list[Row]) -> None:
+    def half_a_drain(rows: list[StoredEvent]) -> None:
         # The interrupt drained alone; claim its checkpoint also drained one finish_step
         # reminder but not the next: no seam drains that.
         interrupt = first(rows, "injected", reminder_id="int-1")
@@ -158,7 +159,7 @@ def test_a_drain_that_no_seam_makes_is_named() -> None:
 
 def test_a_row_that_is_not_an_event_is_a_replay_error() -> None:
     rows = rows_from_file(BASIC)
-    broken = [*rows[:2], Row({**rows[2].envelope, "kind": "teleported"}, 3, "x")]
+    broken = [*rows[:2], StoredEvent({**rows[2].envelope, "kind": "teleported"}, 3, "x")]
     with pytest.raises(ReplayError, match="stream_seq 3: not a valid event"):
         replay(broken)
 

@@ -84,7 +84,10 @@ LAYERS: dict[str, set[str]] = {
         "client",
     },
 }
-PROJECT = {"contracts", "core", "services", "replay", "client", "cli"}
+#: The benchmarks sit on top: they may use every package, and nothing imports them but the
+#: tests (which are in no layer: they may import anything, and nothing may import them).
+LAYERS["bench"] = LAYERS["cli"] | {"cli"}
+PROJECT = {"contracts", "core", "services", "replay", "client", "cli", "bench"}
 
 
 def layer_of(module: str) -> tuple[str, str]:
@@ -108,7 +111,13 @@ def project_imports(path: Path) -> list[str]:
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
-    return [name for name in names if name.split(".")[0] in PROJECT]
+    # `tests` counts too: it is in no layer, so no package may import it (not even bench).
+    return [name for name in names if name.split(".")[0] in PROJECT | {"tests"}]
+
+
+def test_every_package_of_the_repository_is_in_a_layer() -> None:
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}
+    assert packages - {"tests"} == PROJECT
 
 
 def test_every_import_points_down_the_layers() -> None:
@@ -127,11 +136,11 @@ def test_every_import_points_down_the_layers() -> None:
 
 
 def test_every_worker_is_registered_and_the_cli_names_them_all() -> None:
-    from cli.main import SERVICE_NAMES
+    from cli.up import SERVICES
     from services.workers import WORKERS
 
     packages = {path.parent.name for path in (ROOT / "services").glob("*/app.py")}
-    assert set(WORKERS) == packages == set(SERVICE_NAMES)
+    assert set(WORKERS) == packages == set(SERVICES)
 
 
 def test_events_and_commands_are_frozen_and_forbid_unknown_keys() -> None:

@@ -8,9 +8,10 @@ import orjson
 import pytest
 
 from contracts.events import Event
-from services.consumer import ACK, Outcome
+from services.adapters.telemetry import LabelledCount
+from services.consumer import ACK, Settlement
 from services.observer.app import ObserverMetrics, handle_event
-from services.propagator.app import handle_handed_off
+from services.propagator.app import PropagatorMetrics, handle_handed_off
 from tests.support import Driver
 
 
@@ -92,6 +93,37 @@ async def test_the_propagator_dead_letters_an_event_that_is_not_a_handoff() -> N
     assert gateway.requests == []
 
 
+async def test_the_propagator_counts_each_handoff_and_reminder_by_outcome() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    metrics = PropagatorMetrics.create(MeterProvider().get_meter("test-propagator"))
+    applied = {"ok": True, "session_seq": 3, "inherited_ids": ["a", "b"], "skipped_ids": ["c"]}
+    replies: list[dict[str, Any] | Exception] = [
+        applied,
+        {"ok": True, "session_seq": 3, "already_applied": True},
+        TimeoutError(),
+        {"ok": False, "error": {"code": "HARN-RMD-001", "message": "bad"}},
+    ]
+    for reply in replies:
+        await handle_handed_off(handed_off_event(), Gateway(reply), metrics)
+    await handle_handed_off(fired_event(), Gateway(), metrics)
+
+    def counts(count: LabelledCount) -> dict[str, float]:
+        return {
+            str(o.attributes["outcome"]): o.value
+            for o in count.observe(None)  # type: ignore[arg-type]
+            if o.attributes
+        }
+
+    assert counts(metrics.handoffs) == {
+        "applied": 1,
+        "already_applied": 1,
+        "retried": 1,
+        "dead_lettered": 2,
+    }
+    assert counts(metrics.reminders) == {"inherited": 2, "skipped": 1}
+
+
 class Published:
     def __init__(self) -> None:
         self.messages: list[tuple[str, bytes]] = []
@@ -110,7 +142,7 @@ async def test_the_observer_notifies_acp_clients_of_a_fired_reminder(
 ) -> None:
     published = Published()
 
-    outcome: Outcome = await handle_event(fired_event("s1"), metrics, published)
+    outcome: Settlement = await handle_event(fired_event("s1"), metrics, published)
 
     assert outcome == ACK
     [(subject, body), (extension_subject, extension_body)] = published.messages
