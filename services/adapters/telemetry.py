@@ -241,6 +241,13 @@ class ProjectorMetrics:
             callbacks=[lambda _options: [Observation(lag[0])]],
             description="Events in the stream not yet delivered to the projector",
         )
+        dead_letters = meter.create_counter(
+            "reminders_dlq_messages", description="Poison messages copied to the DLQ"
+        )
+        # Exposed at 0 from the start: a counter whose first sample is already 3 shows no
+        # increase() to Prometheus, so the first poison events after a start would never
+        # fire RemindersDeadLettersGrowing (tests/e2e/test_prometheus.py).
+        dead_letters.add(0)
         return cls(
             events=meter.create_counter(
                 "reminders_projector_events", description="Events by verdict"
@@ -248,9 +255,7 @@ class ProjectorMetrics:
             apply_latency=meter.create_histogram(
                 "reminders_projector_apply_latency", unit="s", description="Per-session apply"
             ),
-            dead_letters=meter.create_counter(
-                "reminders_dlq_messages", description="Poison messages copied to the DLQ"
-            ),
+            dead_letters=dead_letters,
             lag=lag,
         )
 
