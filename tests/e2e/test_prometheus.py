@@ -33,6 +33,8 @@ import yaml
 
 from cli.embedded import free_port
 from client.sdk import ReminderClient
+from tests.dashboard_view import WIDTH_PX, dashboard_html, page_height
+from tests.e2e.test_audit_cli import chromium
 from tests.grafana_dashboard import panel_queries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,9 +214,10 @@ async def drive_commands(nats_url: str, seconds: float) -> int:
 
 
 def test_prometheus_scrapes_up_answers_the_command_rate_and_p99_and_every_dashboard_panel(
-    reminders_up: Up, prometheus: str
+    reminders_up: Up, prometheus: str, tmp_path: Path
 ) -> None:
     nats_url, targets = reminders_up.nats_url, reminders_up.targets
+    started = time.time()
     groups = json.loads(targets.read_text(encoding="utf-8"))
     assert {group["labels"]["service"] for group in groups} == SERVICES
 
@@ -267,6 +270,27 @@ def test_prometheus_scrapes_up_answers_the_command_rate_and_p99_and_every_dashbo
     assert panel_queries(), "no dashboard panels found"
     failures = unanswered_panels(prometheus, timeout_s=30)
     assert failures == [], "\n".join(failures)
+    if shutil.which("chromium") is not None:
+        screenshot_dashboard(prometheus, tmp_path, started)
+
+
+def screenshot_dashboard(base: str, directory: Path, start: float) -> None:
+    """The dashboard drawn from this Prometheus, opened in headless Chromium; the PNG is kept
+    at $REMINDERS_DASHBOARD_PNG when set (how docs/img/dashboard.png is made)."""
+    page = directory / "dashboard.html"
+    page.write_text(dashboard_html(base, start, time.time()), encoding="utf-8")
+    png = directory / "dashboard.png"
+    result = chromium(
+        directory,
+        f"--screenshot={png}",
+        f"--window-size={WIDTH_PX},{page_height()}",
+        "--hide-scrollbars",
+        page.as_uri(),
+    )
+    assert png.exists() and png.stat().st_size > 10_000, result.stderr
+    keep = os.environ.get("REMINDERS_DASHBOARD_PNG")
+    if keep:
+        shutil.copyfile(png, keep)
 
 
 async def refused_commands_and_poison(nats_url: str) -> None:
