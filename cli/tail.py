@@ -8,7 +8,6 @@ kind, a bad `--since` says what it accepts.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from contextlib import aclosing
@@ -17,10 +16,9 @@ from enum import StrEnum
 import orjson
 import typer
 
-from cli.audit import _credentials, fail
+from cli.audit import _credentials, fail, run
 from cli.options import nats_option, resolve_nats
 from contracts.subjects import DEFAULT_STREAM
-from replay.errors import ReplayError
 from replay.source import connect_for_replay, require_stream
 from replay.tail import (
     TailInputError,
@@ -145,9 +143,7 @@ def tail_command(
             await nc.close()
 
     try:
-        asyncio.run(watch())
-    except ReplayError as exc:
-        fail(str(exc))
+        run(watch)  # a NATS or replay error is one line, as for every audit command
     except KeyboardInterrupt:
         raise typer.Exit(INTERRUPTED) from None
     except BrokenPipeError:  # `tail | head`: the reader has gone, nothing is wrong

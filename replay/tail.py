@@ -184,11 +184,17 @@ async def tail_events(
     poll_s: float = POLL_S,
 ) -> AsyncGenerator[TailItem, None]:
     """Every event of `query` from `since`, in stream order; with `follow`, then every event
-    appended later, forever (cancel the task to stop), across NATS restarts."""
+    appended later, forever (cancel the task to stop), across NATS restarts.
+
+    A follower notes the stream's last sequence before each read and, once the read is
+    done, starts the next one after it: the server then never steps again over the other
+    sessions' events it already stepped over, however long the watched session stays idle.
+    """
     after = await _retrying(lambda: start_after(nc, stream, query, since), follow, poll_s)
     subject_filter = query.subject_filter()
     while True:
         try:
+            scanned_to = await stream_last_seq(nc, stream) if follow else 0
             reading = cast(
                 AsyncGenerator[RawStored, None],
                 iterate_direct(nc, stream, subject_filter, after_seq=after),
@@ -199,6 +205,7 @@ async def tail_events(
                     item = item_of(raw.data, raw.stream_seq, raw.subject)
                     if item.event is None or query.wants(item.event):
                         yield item
+            after = max(after, scanned_to)
         except JetStreamApiError as exc:
             raise ReplayError(f"stream {stream} cannot be read: {exc.description}") from None
         except TRANSIENT as exc:

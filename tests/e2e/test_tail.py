@@ -175,6 +175,8 @@ def test_tail_follow_waits_for_a_new_session_and_survives_a_nats_restart(
     try:
         time.sleep(2.0)  # an unknown session: it waits rather than exits
         assert follower.poll() is None
+        asyncio.run(inject(demo_up, "other-session", "not for this follower"))
+        time.sleep(1.5)  # a poll or two over the other session's event
         asyncio.run(inject(demo_up, "late-session", "before the restart"))
         before = next_record(follower, timeout_s=15)
         assert before["kind"] == "injected" and before["body"] == "before the restart"
