@@ -8,10 +8,14 @@ kind, a bad `--since` says what it accepts.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import sys
+from collections.abc import Coroutine
 from contextlib import aclosing
 from enum import StrEnum
+from typing import Any
 
 import orjson
 import typer
@@ -75,6 +79,33 @@ class Printer:
         self.printed += 1
 
 
+async def until_interrupted(work: Coroutine[Any, Any, None]) -> bool:
+    """Run `work` until it ends (False) or until SIGINT or SIGTERM (True, `work` cancelled).
+
+    The signal only sets an event, and the work is cancelled until it is done: Python 3.11's
+    `asyncio.wait_for` may swallow a single cancellation that races a reply, which left a
+    follower running after Ctrl-C (asyncio.run cancels once)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # its error, if any
+            return False
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+        return True
+    finally:
+        stopping.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
 def tail_command(
     session_id: str | None = typer.Argument(
         None, metavar="[SESSION]", help="The session to watch (or --all).", show_default=False
@@ -129,26 +160,32 @@ def tail_command(
     )
     url = resolve_nats(nats_flag)
 
-    async def watch() -> None:
+    async def watch() -> bool:
         nc = await connect_for_replay(url, _credentials())
         try:
             await require_stream(nc, stream)
             if follow:
                 what = f"session {session_id}" if session_id else "every session"
                 sys.stderr.write(f"watching {what} in {stream} (Ctrl-C to stop)\n")
-            async with aclosing(tail_events(nc, stream, query, start, follow=follow)) as items:
-                async for item in items:
-                    printer.write(item)
+
+            async def show() -> None:
+                async with aclosing(tail_events(nc, stream, query, start, follow=follow)) as items:
+                    async for item in items:
+                        printer.write(item)
+
+            return await until_interrupted(show())
         finally:
             await nc.close()
 
     try:
-        run(watch)  # a NATS or replay error is one line, as for every audit command
-    except KeyboardInterrupt:
+        interrupted = run(watch)  # a NATS or replay error is one line, as for every command
+    except KeyboardInterrupt:  # Ctrl-C while connecting
         raise typer.Exit(INTERRUPTED) from None
     except BrokenPipeError:  # `tail | head`: the reader has gone, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
+    if interrupted:
+        raise typer.Exit(INTERRUPTED)
     if printer.printed == 0:
         what = f"of session {session_id}" if session_id else ""
         matching = f" matching --kind {','.join(sorted(kinds))}" if kinds else ""

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import nats
 import orjson
@@ -108,17 +110,40 @@ async def inject(url: str, session: str, body: str, attempts: int = 100) -> None
         await nc.close()
 
 
-def next_record(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
-    """The follower's next JSON Lines record."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if line.strip():
-            record: dict[str, Any] = orjson.loads(line)
-            return record
-        assert process.poll() is None, "the follower exited"
-    pytest.fail("no record from the follower in time")
+class Lines:
+    """A process's output lines, read by a thread, so a wait for one has a deadline (a bare
+    readline would block for ever on a follower that prints nothing)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.queue.put(line)
+        self.queue.put(None)
+
+    def until(self, needle: str, timeout_s: float) -> str:
+        """Every line up to the first one holding `needle`; fails after `timeout_s`."""
+        seen: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                pytest.fail("the process exited; it printed:\n" + "".join(seen))
+            seen.append(line)
+            if needle in line:
+                return "".join(seen)
+        pytest.fail(f"no line with {needle!r} in {timeout_s} s; got:\n" + "".join(seen))
+
+    def next_record(self, timeout_s: float) -> dict[str, Any]:
+        """The next non-empty line, as a JSON Lines record."""
+        line = self.until("{", timeout_s).splitlines()[-1]
+        record: dict[str, Any] = orjson.loads(line)
+        return record
 
 
 def test_tail_prints_the_demo_session_and_refuses_bad_input_in_one_line(demo_up: str) -> None:
@@ -172,20 +197,22 @@ def test_tail_follow_waits_for_a_new_session_and_survives_a_nats_restart(
         cwd=ROOT,
         env=ENV,
     )
+    assert follower.stdout is not None
+    lines = Lines(follower.stdout)
     try:
         time.sleep(2.0)  # an unknown session: it waits rather than exits
         assert follower.poll() is None
         asyncio.run(inject(demo_up, "other-session", "not for this follower"))
         time.sleep(1.5)  # a poll or two over the other session's event
         asyncio.run(inject(demo_up, "late-session", "before the restart"))
-        before = next_record(follower, timeout_s=15)
+        before = lines.next_record(timeout_s=15)
         assert before["kind"] == "injected" and before["body"] == "before the restart"
 
         nats_server.kill()
         time.sleep(1.0)
         nats_server.start()
         asyncio.run(inject(demo_up, "late-session", "after the restart"))
-        after = next_record(follower, timeout_s=30)
+        after = lines.next_record(timeout_s=30)
         assert after["body"] == "after the restart", after  # nothing repeated, nothing lost
         assert after["stream_seq"] > before["stream_seq"]
         assert after["session_seq"] == before["session_seq"] + 1

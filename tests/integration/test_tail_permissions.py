@@ -18,6 +18,7 @@ import orjson
 from cli.embedded import EmbeddedNats
 from client.sdk import ReminderClient
 from services.adapters.settings import Settings
+from tests.e2e.test_tail import Lines
 from tests.integration import test_permissions
 from tests.integration.test_permissions import ROOT, as_user, connect_as
 from tests.processes import ServiceRunner
@@ -48,20 +49,6 @@ async def inject(server: EmbeddedNats, session: str, *bodies: str) -> None:
     for body in bodies:
         await client.inject(session, body)
     await nc.close()
-
-
-def read_line_with(process: subprocess.Popen[str], needle: str, timeout_s: float) -> str:
-    """Lines of the follower's stdout until one holds `needle`."""
-    assert process.stdout is not None
-    seen = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        seen.append(line)
-        if needle in line or not line:
-            break
-    assert any(needle in line for line in seen), "".join(seen)
-    return "".join(seen)
 
 
 def test_tail_reads_and_follows_under_the_auditor_user_without_a_consumer(
@@ -100,7 +87,8 @@ def test_tail_reads_and_follows_under_the_auditor_user_without_a_consumer(
         try:
             time.sleep(2.0)  # connected and caught up
             asyncio.run(inject(secured_server, "watched", "third reminder"))
-            shown = read_line_with(follower, "third reminder", timeout_s=20)
+            assert follower.stdout is not None
+            shown = Lines(follower.stdout).until("third reminder", timeout_s=30)
             assert "first reminder" not in shown
         finally:
             follower.send_signal(signal.SIGINT)
