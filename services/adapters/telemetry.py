@@ -255,7 +255,10 @@ class ProjectorMetrics:
         dead_letters = meter.create_counter(
             "reminders_dlq_messages", description="Poison messages copied to the DLQ"
         )
-        dead_letters.add(0)  # a documented series exists before its first increment
+        # Exposed at 0 from the start: a counter whose first sample is already 3 shows no
+        # increase() to Prometheus, so the first poison events after a start would never
+        # fire RemindersDeadLettersGrowing (tests/e2e/test_prometheus.py).
+        dead_letters.add(0)
         events = meter.create_counter("reminders_projector_events", description="Events by verdict")
         for verdict in Verdict:  # every verdict's series from the start, at 0
             events.add(0, {"verdict": verdict.value})

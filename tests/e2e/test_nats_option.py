@@ -33,6 +33,8 @@ NATS_COMMANDS: list[tuple[str, ...]] = [
     ("rebuild",),
     ("verify-projection",),
     ("verify-projection", "s"),
+    ("tail", "s"),
+    ("tail", "--all", "--follow"),
     ("doctor",),
     ("provision",),
     ("mcp",),

@@ -26,6 +26,8 @@ REFUSING: list[tuple[str, ...]] = [
     ("verify-projection",),
     ("verify-projection", "--all"),
     ("verify-projection", "s"),
+    ("tail", "s"),
+    ("tail", "--all", "--follow"),
     ("doctor",),
     ("serve", "gateway"),
     ("serve", "projector"),
