@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -104,9 +105,16 @@ class Ledger:
         """Await `coro` on the background loop from any loop."""
         return await asyncio.wrap_future(_BACKGROUND.submit(coro))
 
-    def sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the background loop and wait for it (for synchronous runtimes)."""
-        return _BACKGROUND.submit(coro).result(timeout=SYNC_WAIT_S)
+    def sync(self, coro: Coroutine[Any, Any, T], default: T) -> T:
+        """Run `coro` on the background loop and wait for it (for synchronous runtimes);
+        `default` if it has not finished within `SYNC_WAIT_S`."""
+        future = _BACKGROUND.submit(coro)
+        try:
+            return future.result(timeout=SYNC_WAIT_S)
+        except FutureTimeout:
+            future.cancel()
+            self._outage("sync call", "TimeoutError")
+            return default
 
     async def _connected(self) -> ReminderClient:
         if self._client is not None and not self._client.connection.is_closed:
@@ -126,9 +134,7 @@ class Ledger:
         self._client = ReminderClient(nc, self.timeout_s, owns_connection=True)
         return self._client
 
-    async def _guarded(
-        self, op: str, action: Callable[[ReminderClient], Awaitable[T]]
-    ) -> T | None:
+    async def _guarded(self, op: str, action: Callable[[ReminderClient], Awaitable[T]]) -> T | None:
         """`action` with the process's client, or `None` when the ledger cannot answer."""
         if self._down and time.monotonic() < self._retry_at:
             return None
@@ -311,6 +317,18 @@ def render_budget(max_tokens: int | None) -> int | None:
     return int(raw) if raw.isdigit() and int(raw) > 0 else None
 
 
+#: `user_text` a render may carry (SPEC §4.1.1); a longer user turn gets the envelope as a
+#: separate part of the same turn instead of folded into its text.
+INLINE_USER_TEXT_MAX_BYTES: Final = 64 * 1024
+
+
+def foldable(user_text: object) -> str | None:
+    """`user_text` when the ledger can fold the envelope into it (§5.5), else `None`."""
+    if isinstance(user_text, str) and len(user_text.encode("utf-8")) <= INLINE_USER_TEXT_MAX_BYTES:
+        return user_text
+    return None
+
+
 #: How much of a tool's output goes into a `tool_result` event's `output_tail`: enough for a
 #: verifier's failure lines (grounded_review reads them), far below the field's 64 KiB bound.
 OUTPUT_TAIL_CHARS: Final = 8192
@@ -342,9 +360,9 @@ class ReminderOptions:
         return render_budget(self.max_tokens)
 
 
-def tool_result_payload(tool_name: str, output: str, *, exit_code: int | None = None) -> dict[
-    str, Any
-]:
+def tool_result_payload(
+    tool_name: str, output: str, *, exit_code: int | None = None
+) -> dict[str, Any]:
     """A `tool_result` payload for a tool whose whole output reached the model."""
     size = len(output.encode("utf-8"))
     payload: dict[str, Any] = {

@@ -4,8 +4,8 @@
 
     agent = Agent(model, capabilities=[ReminderCapability()])
 
-Before each model request it renders the session's reminders and adds the envelope to the
-request's last user turn, in the request only: the run's message history never holds it (in
+Before each model request it renders the session's reminders and puts the envelope in the
+request's user turn (SPEC §5.5), in the request only: the run's history never holds it (in
 pydantic-ai a history processor's output replaces the run's history, so the envelope would be
 kept and re-sent; the capability's `before_model_request` is the hook whose message list is the
 request's own). Tool results about to go to the model are published as `tool_result` runtime
@@ -34,7 +34,9 @@ from pydantic_ai.tools import RunContext
 
 from client.integrations.ledger import (
     ReminderOptions,
+    Rendered,
     budget_payload,
+    foldable,
     tool_result_payload,
 )
 
@@ -74,11 +76,14 @@ class ReminderCapability(AbstractCapability[Any]):
             )
         rendered = await ledger.run(
             ledger.render(
-                session_id, max_tokens=self.options.budget(), format=self.options.format
+                session_id,
+                max_tokens=self.options.budget(),
+                format=self.options.format,
+                user_text=_opening_user_text(request_context.messages),
             )
         )
         if rendered is not None:
-            request_context.messages = _with_envelope(request_context.messages, rendered.text)
+            request_context.messages = _with_envelope(request_context.messages, rendered)
         return request_context
 
     async def after_model_request(
@@ -120,14 +125,28 @@ def _new_tool_returns(messages: Sequence[ModelMessage]) -> list[ToolReturnPart[A
     return [part for part in messages[-1].parts if isinstance(part, ToolReturnPart)]
 
 
-def _with_envelope(messages: list[ModelMessage], envelope: str) -> list[ModelMessage]:
-    """A copy of `messages` whose last request also carries `envelope` as user content:
-    a new request object, so the run's history keeps the original (SPEC §5.5: the
-    reminders go into the user's turn, after what the user and the tools said)."""
+def _opening_user_text(messages: Sequence[ModelMessage]) -> str | None:
+    """The user's prompt when this request opens a turn (it ends with the user's text)."""
+    if messages and isinstance(messages[-1], ModelRequest) and messages[-1].parts:
+        last = messages[-1].parts[-1]
+        if isinstance(last, UserPromptPart):
+            return foldable(last.content)
+    return None
+
+
+def _with_envelope(messages: list[ModelMessage], rendered: Rendered) -> list[ModelMessage]:
+    """A copy of `messages` whose last request carries the envelope in the user's turn:
+    folded into the user's prompt by the ledger (SPEC §5.5 `inline`) when the request opens
+    the turn, else as a user part after the tool results. The request is a new object, so
+    the run's history keeps the original."""
     copied = list(messages)
-    if copied and isinstance(copied[-1], ModelRequest):
-        last = copied[-1]
-        copied[-1] = replace(last, parts=[*last.parts, UserPromptPart(content=envelope)])
+    if not copied or not isinstance(copied[-1], ModelRequest):
+        return [*copied, ModelRequest(parts=[UserPromptPart(content=rendered.text)])]
+    last = copied[-1]
+    parts = list(last.parts)
+    if rendered.inline is not None and parts and isinstance(parts[-1], UserPromptPart):
+        parts[-1] = replace(parts[-1], content=str(rendered.inline["text"]))
     else:
-        copied.append(ModelRequest(parts=[UserPromptPart(content=envelope)]))
+        parts.append(UserPromptPart(content=rendered.text))
+    copied[-1] = replace(last, parts=parts)
     return copied

@@ -74,9 +74,7 @@ async def test_the_model_gets_the_envelope_and_the_log_has_every_step(
 ) -> None:
     session = f"pydantic-{uuid.uuid4().hex[:8]}"
     await inject(ledger_stack.url, session, BODY, ttl_turns=2)
-    options = ReminderOptions(
-        session_id=session, nats_url=ledger_stack.url, context_window=1000
-    )
+    options = ReminderOptions(session_id=session, nats_url=ledger_stack.url, context_window=1000)
     seen: list[list[ModelMessage]] = []
     agent = scripted_agent(options, seen)
 
@@ -86,8 +84,8 @@ async def test_the_model_gets_the_envelope_and_the_log_has_every_step(
     assert first.output == "tests pass" and second.output == "done"
     assert len(seen) == 3  # tool call, answer; then the second turn's answer
     first_call = user_texts(seen[0])
-    assert first_call[0] == "Fix the bug."
-    assert first_call[-1].startswith('<context-directives speaker="harness">')
+    # Folded into the user's turn (SPEC §5.5): the prompt, a blank line, the envelope.
+    assert first_call[-1].startswith('Fix the bug.\n\n<context-directives speaker="harness">')
     assert BODY in first_call[-1]
     # The model input only: the run's history never holds an envelope.
     for message in second.all_messages():
