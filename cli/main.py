@@ -236,6 +236,7 @@ def _register_audit_commands() -> None:
 
 
 _register_audit_commands()
+app.add_typer(__import__("cli.hook", fromlist=["hook_app"]).hook_app, name="hook")
 
 
 def _tidy_help(typer_app: typer.Typer) -> None:

@@ -179,22 +179,20 @@ class Ledger:
         known = self._turns.get(session_id)
         if known is not None:
             return known
+        turn, _ = await self._turn_from_state(client, session_id)
+        self._turns[session_id] = turn
+        return turn
+
+    @staticmethod
+    async def _turn_from_state(client: ReminderClient, session_id: str) -> tuple[int, bool]:
+        """(current turn, whether it is open: begun and not ended) from the session's state."""
         reply = await client.call("state", {"session_id": session_id})
         state = reply.get("state") or {}
         turn = int(state.get("turn") or 0)
         last_ended = state.get("last_ended_turn")
         if last_ended is not None and int(last_ended) >= turn:
-            turn = int(last_ended) + 1
-        self._turns[session_id] = turn
-        return turn
-
-    async def current_turn(self, session_id: str) -> int | None:
-        """The session's current turn, or `None` when the ledger cannot say."""
-
-        async def action(client: ReminderClient) -> int:
-            return await self._turn(client, session_id)
-
-        return await self._guarded("state", action)
+            return int(last_ended) + 1, False
+        return turn, int(state.get("session_seq") or 0) > 0
 
     # -- the calls an adapter makes ----------------------------------------------------------
 
@@ -264,10 +262,15 @@ class Ledger:
         return await self._guarded("end_turn", action)
 
     async def compact(self, session_id: str) -> dict[str, Any] | None:
-        """The host compacted its transcript (SPEC §4.8)."""
+        """The host compacts its transcript (SPEC §4.8). During a turn it is that turn's (its
+        TTL pass happens here); between turns it belongs to the turn that ended, so a
+        compaction between two prompts does not age the reminders a second time."""
 
         async def action(client: ReminderClient) -> dict[str, Any]:
-            return await client.compact(session_id, await self._turn(client, session_id))
+            turn, open_turn = await self._turn_from_state(client, session_id)
+            if not open_turn and turn > 0:
+                turn -= 1
+            return await client.compact(session_id, turn)
 
         return await self._guarded("compact", action)
 
