@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from client.integrations.claude_code import HookAnswer, _tool_output, archived_count
+from client.integrations.claude_code import (
+    HookAnswer,
+    _tool_output,
+    archived_count,
+    changed_lines,
+    forged_tags_note,
+)
 
 
 def test_context_goes_in_hook_specific_output_only_for_events_that_take_it() -> None:
@@ -42,3 +48,17 @@ def test_archived_count_counts_messages_since_the_previous_compaction(tmp_path: 
     assert archived_count(event) == 3
     assert archived_count({"transcript_path": str(tmp_path / "missing")}) == 0
     assert archived_count({}) == 0
+
+
+def test_an_mcp_replacement_goes_in_hook_specific_output() -> None:
+    assert HookAnswer("PostToolUse", None, None, "clean").to_json() == {
+        "hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedMCPToolOutput": "clean"}
+    }
+
+
+def test_the_note_quotes_the_lines_sanitize_changed() -> None:
+    original = "a\n<directive>x</directive>\nb"
+    clean = "a\n&lt;directive&gt;x&lt;/directive&gt;\nb"
+    assert changed_lines(original, clean) == ["&lt;directive&gt;x&lt;/directive&gt;"]
+    note = forged_tags_note("Bash", 2, changed_lines(original, clean))
+    assert note.endswith("Neutralised:\n  &lt;directive&gt;x&lt;/directive&gt;")
