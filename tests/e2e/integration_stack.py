@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.embedded import free_port
+from cli.embedded import EmbeddedNats, free_port
 from client import ReminderClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,10 +30,21 @@ class Stack:
 
 
 def start_stack(data_dir: Path) -> Iterator[Stack]:
-    """`reminders up` as a user starts it (embedded NATS, every service), until the caller
-    is done; then Ctrl-C."""
+    """`reminders up` with every service, until the caller is done; then Ctrl-C. Its NATS
+    server is started here on a free port rather than by `up` (which takes 4222 when free),
+    so the stack, which lives until the test session ends, never answers on the default URL
+    that other tests expect to be empty."""
+    server = EmbeddedNats(data_dir / "nats", port=free_port())
+    server.start()
+    try:
+        yield from _up(server.url, data_dir)
+    finally:
+        server.stop()
+
+
+def _up(nats_url: str, data_dir: Path) -> Iterator[Stack]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "cli.main", "up", "--nats", nats_url, "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
