@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
+from cli.hook import hook_app
 from cli.tail import tail_command
 from services.adapters.settings import Settings
 from services.workers import WORKERS
@@ -235,6 +236,7 @@ def _register_audit_commands() -> None:
 
 _register_audit_commands()
 app.command(name="tail")(tail_command)
+app.add_typer(hook_app, name="hook")
 
 
 def _tidy_help(typer_app: typer.Typer) -> None:

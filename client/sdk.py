@@ -172,12 +172,81 @@ class ReminderClient:
         *,
         format: str | None = None,
         user_text: str | None = None,
+        max_tokens: int | None = None,
         request_id: str | None = None,
     ) -> dict[str, Any]:
-        """Build the envelope for a prompt."""
+        """Build the envelope for a prompt; `max_tokens` is the render budget (SPEC §12.1),
+        sent only when set (else the session default applies)."""
         return await self.call(
             "render",
-            self._base(session_id, request_id, turn=turn, format=format, user_text=user_text),
+            self._base(
+                session_id,
+                request_id,
+                turn=turn,
+                format=format,
+                user_text=user_text,
+                max_tokens=max_tokens,
+            ),
+        )
+
+    async def sanitize(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        turn: int,
+        tool_name: str | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Neutralise forged directive tags in a tool's output (SPEC §12.5); the reply holds
+        `text` (escaped where forged) and `neutralized` (how many tags)."""
+        return await self.call(
+            "sanitize",
+            self._base(session_id, request_id, text=text, turn=turn, tool_name=tool_name),
+        )
+
+    async def mute(
+        self,
+        session_id: str,
+        selector: dict[str, Any],
+        *,
+        until_turn: int | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Stop rendering what `selector` matches (SPEC §12.2); the reply holds `mute_id`."""
+        return await self.call(
+            "mute", self._base(session_id, request_id, selector=selector, until_turn=until_turn)
+        )
+
+    async def unmute(
+        self, session_id: str, mute_id: str, *, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """End a mute."""
+        return await self.call("unmute", self._base(session_id, request_id, mute_id=mute_id))
+
+    async def acknowledge(
+        self,
+        session_id: str,
+        reminder_id: str,
+        *,
+        turn: int,
+        outcome: str,
+        by: str | None = None,
+        note: str | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Record what a delivered reminder did: `acted`, `ignored` or `dismissed` (§12.3)."""
+        return await self.call(
+            "acknowledge",
+            self._base(
+                session_id,
+                request_id,
+                reminder_id=reminder_id,
+                turn=turn,
+                outcome=outcome,
+                by=by,
+                note=note,
+            ),
         )
 
     async def end_turn(
