@@ -27,7 +27,8 @@ from contracts.decode import DecodeError, decode
 from contracts.events import PAYLOADS, Event
 from contracts.subjects import EVENT_PREFIX, EVENT_SUBJECTS, session_token
 from replay.errors import ReplayError
-from services.adapters.jetstream import JetStreamApiError, RawStored, iterate_direct
+from services.adapters.jetstream import JetStreamApiError
+from services.adapters.session_read import RawStored, iterate_direct
 
 #: How many words of a body a table line shows.
 BODY_WORDS = 8
