@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
 from cli.hook import hook_app
+from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
 from cli.tail import tail_command
 from services.adapters.settings import Settings
 from services.workers import WORKERS
