@@ -62,13 +62,18 @@ def commands() -> dict[str, Any]:
 
 
 def options_of(command: Any) -> set[str]:
-    """Every spelling of every option, hidden ones included (`--nats-url`, `-o`, `--no-log`)."""
-    return {
+    """Every spelling of every option, hidden ones included (`--nats-url`, `-o`, `--no-log`);
+    a command group (`reminders hook`) has its subcommands' options, documented in its
+    section."""
+    own = {
         spelling
         for param in command.params
         if param.param_type_name == "option"
         for spelling in (*param.opts, *param.secondary_opts)
     }
+    for sub in getattr(command, "commands", {}).values():
+        own |= options_of(sub)
+    return own
 
 
 def cli_sections() -> dict[str, str]:
