@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
+from cli.tenant import register as register_tenant_commands
 from services.adapters.settings import Settings
 
 SERVICE_NAMES = ("gateway", "projector", "propagator", "observer", "providers")
@@ -236,6 +237,7 @@ def _register_audit_commands() -> None:
 
 
 _register_audit_commands()
+register_tenant_commands(app)  # tenants (SPEC §10.1): `tenant add|list|remove`, `forget`
 
 
 def _tidy_help(typer_app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -35,6 +36,7 @@ from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
 from contracts.replies import ErrorReply
 from contracts.state import SessionState
+from contracts.tenants import DEFAULT_TENANT
 from core import decide, fold_all
 from core.decide import with_inline
 from services.adapters.ids import fresh_context
@@ -51,6 +53,7 @@ from services.gateway.committer import (
 from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.rpc import PARSE_ERROR, SERVER_ERROR, handle_rpc
+from services.gateway.tenancy import Tenancy, is_query, unscope_reply
 
 log = logging.getLogger("reminders.gateway")
 
@@ -167,6 +170,8 @@ class CommandService:
         self._reader = ProjectionReader(nc, settings)
         self._forgetter = Forgetter(nc, settings)
         self._last_seen: OrderedDict[str, float] = OrderedDict()
+        # Tenants (SPEC §10.1): scope and bound each command by its caller's tenant.
+        self._tenancy = Tenancy(settings.tenants(), settings.core.max_body_bytes)
 
     def active_sessions(self, window_s: float = 300.0) -> int:
         """Sessions that sent a command within the window (the gauge of SPEC §10)."""
@@ -175,7 +180,7 @@ class CommandService:
             self._last_seen.popitem(last=False)
         return len(self._last_seen)
 
-    async def handle_rpc(self, data: bytes) -> dict[str, Any] | None:
+    async def handle_rpc(self, data: bytes, tenant: str = DEFAULT_TENANT) -> dict[str, Any] | None:
         """One JSON-RPC message (SPEC §8); None for a notification."""
         try:
             raw = orjson.loads(data)
@@ -186,7 +191,7 @@ class CommandService:
                 "error": {"code": PARSE_ERROR, "message": "Parse error"},
             }
         try:
-            return await handle_rpc(self.handle_value, raw)
+            return await handle_rpc(partial(self.handle_value, tenant=tenant), raw)
         except Exception:  # the caller must get an answer whatever broke; logged, no body
             log.exception("rpc failed")
             if isinstance(raw, dict) and "id" not in raw:
@@ -201,11 +206,11 @@ class CommandService:
                 },
             }
 
-    async def handle(self, op: str, data: bytes) -> dict[str, Any]:
+    async def handle(self, op: str, data: bytes, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
         """Decide and commit one command; never raises."""
         started = time.perf_counter()
         try:
-            reply = await self._handle(op, data)
+            reply = await self._handle(op, data, tenant)
         except Exception:  # the reply must go out whatever broke; the error is logged
             log.exception("command failed", extra={"op": op})
             reply = error_reply(
@@ -221,26 +226,45 @@ class CommandService:
             self._metrics.latency.record(time.perf_counter() - started, attributes)
         return reply
 
-    async def _handle(self, op: str, data: bytes) -> dict[str, Any]:
+    async def _handle(self, op: str, data: bytes, tenant: str) -> dict[str, Any]:
         try:
             raw = orjson.loads(data)
         except orjson.JSONDecodeError:
             return error_reply(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
-        return await self.handle_value(op, raw)
+        return await self.handle_value(op, raw, tenant)
 
-    async def handle_value(self, op: str, raw: object) -> dict[str, Any]:
-        """Serve one command or query given as a parsed JSON value."""
+    async def handle_value(
+        self, op: str, raw: object, tenant: str = DEFAULT_TENANT
+    ) -> dict[str, Any]:
+        """Serve one command or query given as a parsed JSON value, for a caller of `tenant`
+        (the tenant of the subject it came on)."""
         if op not in DECIDED_OPS and op not in QUERY_OPS:
             return error_reply(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]}", op=op[:64])
+        # --- tenants (SPEC §10.1): the caller check, then the command scoped to its tenant.
+        refused = self._tenancy.refuse_caller(tenant, op)
+        if refused is not None:
+            return refused
         try:
-            command, warnings = parse_command(
+            parsed, warnings = parse_command(
                 op,
                 raw,
-                max_body_bytes=self._settings.core.max_body_bytes,
+                max_body_bytes=self._tenancy.max_body_bytes(tenant),
                 max_user_text_bytes=self._settings.core.max_user_text_bytes,
             )
         except ReminderError as exc:
             return ErrorReply(error=exc.to_body()).to_wire()
+        scoped = self._tenancy.scope(tenant, parsed)
+        if isinstance(scoped, dict):
+            return scoped
+        if not is_query(scoped) and not isinstance(scoped, Forget):
+            bounded = self._tenancy.admit(tenant, scoped.session_id, time.monotonic())
+            if bounded is not None:
+                return bounded
+        return unscope_reply(tenant, await self._serve(scoped, warnings))
+        # --- end tenants
+
+    async def _serve(self, command: Command, warnings: list[Any]) -> dict[str, Any]:
+        """Serve one parsed command of any tenant (its session ids already scoped)."""
         if isinstance(command, StateQuery | PendingInjectionsQuery):
             return await self._query(command)
         if isinstance(command, Forget):
