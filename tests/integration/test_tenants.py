@@ -294,8 +294,32 @@ async def test_tenant_auditors_read_only_their_tenant(
         "$JS.API.DIRECT.GET.KV_REMINDER_SESSIONS",
     ):
         assert await denied(auditor.connection, subject), subject
-    await acme.connection.close()
-    await auditor.connection.close()
+    # The fleet auditor scopes its reads to one tenant, naming sessions as its hosts do.
+    globex = await host(tenant_server, "globex_host", "globex")
+    await globex.inject("audited", "globex body", id="g1")
+    await acme.inject("second", "acme again", id="a2")
+
+    def audit(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *arguments, "--nats", tenant_server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            check=False,
+            env={**os.environ, **as_user("replay")},
+        )
+
+    exported = audit("export", "--all", "--tenant", "acme")
+    assert exported.returncode == 0, exported.stderr
+    sessions = {orjson.loads(line)["session_id"] for line in exported.stdout.splitlines()}
+    assert sessions == {"@acme/audited", "@acme/second"}
+    replayed = audit("replay", "audited", "--tenant", "globex", "--verify")
+    assert replayed.returncode == 0, replayed.stderr
+    assert [row["spec"]["id"] for row in orjson.loads(replayed.stdout)["pending"]] == ["g1"]
+    assert audit("replay", "second", "--tenant", "globex").returncode == 1  # not globex's
+    for client in (acme, auditor, globex):
+        await client.connection.close()
 
 
 async def test_no_service_may_purge_and_the_operator_forgets_one_tenants_session(
