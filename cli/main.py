@@ -138,10 +138,12 @@ def provision(
     """Create or update every stream, the projection bucket and every worker's durable
     consumer (idempotent; needs JetStream admin rights). Services only check what it made."""
     from cli.provision import provision_all
+    from cli.tenant import tenants_line
     from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
     from services.adapters.jetstream import JetStreamApiError, ProvisionError
 
     settings = Settings.from_env(nats_url=nats_url)
+    tenants = tenants_line(settings)  # tenants (SPEC §10.1): a bad tenants file fails here
 
     async def run() -> dict[str, str]:
         nc = await connect(
@@ -159,6 +161,7 @@ def provision(
         return
     for name, what in done.items():
         Console().print(f"{name}: {what}")
+    Console().print(tenants, highlight=False)
 
 
 @app.command()

@@ -198,6 +198,20 @@ def forget(
     )
 
 
+def tenants_line(settings: Settings) -> str:
+    """What `reminders provision` reports of the tenants file (exits 1 if it is not valid):
+    tenants need no stream, bucket or consumer of their own, only their NATS users."""
+    try:
+        tenants = load_tenants(settings.tenants_file)
+    except TenantsFileError as exc:
+        _fail(str(exc))
+        raise  # unreachable: _fail exits
+    names = ", ".join([DEFAULT_TENANT, *sorted(tenants.tenants)])
+    return f"tenants: {names}" + (
+        f" (from {settings.tenants_file})" if settings.tenants_file else ""
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add `tenant ...` and `forget` to the `reminders` command line."""
     app.add_typer(tenant_app, name="tenant")
