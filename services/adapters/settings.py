@@ -46,7 +46,9 @@ class Settings(BaseModel):
         default=None, description="REMINDERS_TENANTS_FILE (TOML; none: only `default`)"
     )
     tenant: str = Field(
-        default="default", description="REMINDERS_TENANT (the tenant a host or CLI acts for)"
+        default="default",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,31}$",
+        description="REMINDERS_TENANT (the tenant a host or CLI acts for)",
     )
     replicas: int = Field(default=1, ge=1, le=5, description="REMINDERS_REPLICAS")
     data_dir: Path = Field(default=Path("./data"), description="REMINDERS_DATA_DIR")

@@ -50,6 +50,11 @@ def password(user: str) -> str:
 @pytest.fixture
 def secured_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedNats]:
     """A real nats-server with JetStream and exactly the users of k8s/base/nats-auth.conf."""
+    yield from shipped_auth_server(tmp_path, monkeypatch)
+
+
+def shipped_auth_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedNats]:
+    """Start the server of `secured_server` (also for other modules' fixtures)."""
     shutil.copy(ROOT / "k8s/base/nats-auth.conf", tmp_path / "nats-auth.conf")
     config = tmp_path / "nats.conf"
     config.write_text('include "nats-auth.conf"\n', encoding="utf-8")

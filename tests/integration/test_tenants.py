@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -27,14 +26,11 @@ from contracts.tenants import scoped_session_id
 from services.adapters.settings import Settings
 from tests.integration.test_permissions import (
     ROOT,
-    USERS,
     as_user,
     connect_as,
     count,
     denied,
-    password,
-    provision_as_admin,
-    shipped_tenant_users,
+    shipped_auth_server,
     violations,
 )
 from tests.processes import ServiceRunner
@@ -53,28 +49,17 @@ max_body_bytes = 64
 
 
 @pytest.fixture
-def tenant_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedNats]:
-    """A real nats-server with exactly the users of k8s/base/nats-auth.conf, tenants included."""
-    shutil.copy(ROOT / "k8s/base/nats-auth.conf", tmp_path / "nats-auth.conf")
-    config = tmp_path / "nats.conf"
-    config.write_text('include "nats-auth.conf"\n', encoding="utf-8")
-    for user in (*USERS, *shipped_tenant_users()):
-        monkeypatch.setenv(f"{user.upper()}_PASSWORD", password(user))
-    server = EmbeddedNats(tmp_path / "store", config_file=config)
-    server.start()
-    try:
-        provision_as_admin(server.url)
-        yield server
-    finally:
-        server.kill()
+def secured_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedNats]:
+    """The shipped auth config on a real server, the example tenants' users included."""
+    yield from shipped_auth_server(tmp_path, monkeypatch)
 
 
 @pytest.fixture
-async def fleet(tenant_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[ServiceRunner]:
+async def fleet(secured_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[ServiceRunner]:
     """Gateway (with the tenants file), projector, observer and providers, each as itself."""
     tenants_file = tmp_path / "tenants.toml"
     tenants_file.write_text(TENANTS_TOML, encoding="utf-8")
-    runner = ServiceRunner(Settings.from_env({}, nats_url=tenant_server.url), tmp_path / "logs")
+    runner = ServiceRunner(Settings.from_env({}, nats_url=secured_server.url), tmp_path / "logs")
     try:
         runner.start(
             "gateway",
@@ -85,6 +70,19 @@ async def fleet(tenant_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[Se
         yield runner
     finally:
         runner.stop_all()
+
+
+def reminders(server: EmbeddedNats, user: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`reminders ARGUMENTS --nats URL` as `user`, the way an operator or auditor runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *arguments, "--nats", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, **as_user(user)},
+    )
 
 
 async def host(server: EmbeddedNats, user: str, tenant: str) -> ReminderClient:
@@ -115,11 +113,11 @@ async def until(check: Any, timeout_s: float = 20.0) -> Any:
 
 
 async def test_each_tenant_sees_only_its_own_sessions_and_ids_cannot_be_probed(
-    tenant_server: EmbeddedNats, fleet: ServiceRunner
+    secured_server: EmbeddedNats, fleet: ServiceRunner
 ) -> None:
-    acme = await host(tenant_server, "acme_host", "acme")
-    globex = await host(tenant_server, "globex_host", "globex")
-    default = await host(tenant_server, "client", "default")
+    acme = await host(secured_server, "acme_host", "acme")
+    globex = await host(secured_server, "globex_host", "globex")
+    default = await host(secured_server, "client", "default")
     # The same session id in two tenants (and in `default`) names three sessions.
     await acme.inject("shared", "acme's secret plan", id="a1", ttl_turns=2)
     await globex.inject("shared", "globex's own note", id="g1", ttl_turns=2)
@@ -168,11 +166,11 @@ async def test_each_tenant_sees_only_its_own_sessions_and_ids_cannot_be_probed(
 
 
 async def test_no_route_of_the_server_leads_into_another_tenant(
-    tenant_server: EmbeddedNats, fleet: ServiceRunner
+    secured_server: EmbeddedNats, fleet: ServiceRunner
 ) -> None:
-    acme = await host(tenant_server, "acme_host", "acme")
-    globex = await host(tenant_server, "globex_host", "globex")
-    default = await host(tenant_server, "client", "default")
+    acme = await host(secured_server, "acme_host", "acme")
+    globex = await host(secured_server, "globex_host", "globex")
+    default = await host(secured_server, "client", "default")
     seen: list[bytes] = []
 
     async def record(msg: nats.aio.msg.Msg) -> None:
@@ -279,11 +277,11 @@ async def test_no_route_of_the_server_leads_into_another_tenant(
 
 
 async def test_tenant_auditors_read_only_their_tenant(
-    tenant_server: EmbeddedNats, fleet: ServiceRunner
+    secured_server: EmbeddedNats, fleet: ServiceRunner
 ) -> None:
-    acme = await host(tenant_server, "acme_host", "acme")
+    acme = await host(secured_server, "acme_host", "acme")
     await acme.inject("audited", "acme body", id="a1")
-    auditor = await host(tenant_server, "acme_auditor", "acme")
+    auditor = await host(secured_server, "acme_auditor", "acme")
     state = await state_of(auditor, "audited")
     assert [row["spec"]["id"] for row in state["pending"]] == ["a1"]
     for subject in (
@@ -295,20 +293,12 @@ async def test_tenant_auditors_read_only_their_tenant(
     ):
         assert await denied(auditor.connection, subject), subject
     # The fleet auditor scopes its reads to one tenant, naming sessions as its hosts do.
-    globex = await host(tenant_server, "globex_host", "globex")
+    globex = await host(secured_server, "globex_host", "globex")
     await globex.inject("audited", "globex body", id="g1")
     await acme.inject("second", "acme again", id="a2")
 
     def audit(*arguments: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cli.main", *arguments, "--nats", tenant_server.url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-            check=False,
-            env={**os.environ, **as_user("replay")},
-        )
+        return reminders(secured_server, "replay", *arguments)
 
     exported = audit("export", "--all", "--tenant", "acme")
     assert exported.returncode == 0, exported.stderr
@@ -323,31 +313,23 @@ async def test_tenant_auditors_read_only_their_tenant(
 
 
 async def test_no_service_may_purge_and_the_operator_forgets_one_tenants_session(
-    tenant_server: EmbeddedNats, fleet: ServiceRunner
+    secured_server: EmbeddedNats, fleet: ServiceRunner
 ) -> None:
-    acme = await host(tenant_server, "acme_host", "acme")
-    globex = await host(tenant_server, "globex_host", "globex")
+    acme = await host(secured_server, "acme_host", "acme")
+    globex = await host(secured_server, "globex_host", "globex")
     await acme.inject("doomed", "acme body", id="a1")
     await globex.inject("doomed", "globex body", id="g1")
-    operator = await connect_as(tenant_server, "operator")
+    operator = await connect_as(secured_server, "operator")
     before = await count(operator)
     for user in ("gateway", "projector", "propagator", "observer", "providers", "replay"):
-        nc = await connect_as(tenant_server, user)
+        nc = await connect_as(secured_server, user)
         assert await denied(nc, "$JS.API.STREAM.PURGE.REMINDERS", b"{}"), user
         filtered = orjson.dumps({"filter": "transcript.reminder.*.doomed"})
         assert await denied(nc, "$JS.API.STREAM.PURGE.REMINDERS", filtered), user
         await nc.close()
     assert await count(operator) == before
 
-    forgot = subprocess.run(
-        [sys.executable, "-m", "cli.main", "forget", "doomed", "--tenant", "acme"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-        env={**os.environ, **as_user("operator"), "REMINDERS_NATS_URL": tenant_server.url},
-    )
+    forgot = reminders(secured_server, "operator", "forget", "doomed", "--tenant", "acme")
     assert forgot.returncode == 0, forgot.stdout + forgot.stderr
     assert "1 events purged" in forgot.stdout
     assert await count(operator) == before - 1
@@ -358,10 +340,10 @@ async def test_no_service_may_purge_and_the_operator_forgets_one_tenants_session
 
 
 async def test_a_tenant_past_its_bounds_does_not_slow_or_refuse_another(
-    tenant_server: EmbeddedNats, fleet: ServiceRunner
+    secured_server: EmbeddedNats, fleet: ServiceRunner
 ) -> None:
-    acme = await host(tenant_server, "acme_host", "acme")
-    globex = await host(tenant_server, "globex_host", "globex")
+    acme = await host(secured_server, "acme_host", "acme")
+    globex = await host(secured_server, "globex_host", "globex")
 
     async def flood() -> list[dict[str, Any]]:
         replies: list[dict[str, Any]] = []
