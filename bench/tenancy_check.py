@@ -47,7 +47,9 @@ def measure() -> dict[str, float]:
             tenancy.max_body_bytes(tenant)
             scoped = tenancy.scope(tenant, command)
             assert not isinstance(scoped, dict)
-            return tenancy.admit(tenant, scoped.session_id, i * 1e-6)
+            refused = tenancy.admit(tenant, scoped, i * 1e-6)
+            tenancy.done(tenant, scoped)
+            return refused
 
         return once
 

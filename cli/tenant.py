@@ -73,6 +73,7 @@ def add(
     commands_per_second: int | None = typer.Option(None, min=1, help="Commands per second."),
     live_sessions: int | None = typer.Option(None, min=1, help="Live sessions."),
     max_body_bytes: int | None = typer.Option(None, min=1, help="Bytes of a reminder body."),
+    queries_in_flight: int | None = typer.Option(None, min=1, help="Queries waiting at once."),
 ) -> None:
     """Add a tenant (or change its bounds) in the tenants file."""
     if not is_tenant_name(name) or name == DEFAULT_TENANT:
@@ -82,6 +83,7 @@ def add(
         commands_per_second=commands_per_second,
         live_sessions=live_sessions,
         max_body_bytes=max_body_bytes,
+        queries_in_flight=queries_in_flight,
     )
     updated = tenants.model_copy(update={"tenants": {**tenants.tenants, name: bounds}})
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +112,7 @@ def list_tenants(file: Path = _file_option()) -> None:
     """List the tenants with the bounds in force and their NATS users."""
     tenants = _load(file)
     table = Table(title=f"tenants: {file}")
-    for column in ("tenant", "commands/s", "live sessions", "body bytes", "users"):
+    for column in ("tenant", "commands/s", "live sessions", "body bytes", "queries", "users"):
         table.add_column(column)
     for name in [DEFAULT_TENANT, *sorted(tenants.tenants)]:
         bounds = tenants.bounds(name)
@@ -127,6 +129,7 @@ def list_tenants(file: Path = _file_option()) -> None:
                     bounds.commands_per_second,
                     bounds.live_sessions,
                     bounds.max_body_bytes,
+                    bounds.queries_in_flight,
                 )
             ),
             users,

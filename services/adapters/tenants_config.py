@@ -13,6 +13,8 @@ max_body_bytes = 16384
 commands_per_second = 200  # per gateway replica, over all the tenant's sessions
 live_sessions = 1000       # sessions with a command in the last 5 minutes
 max_body_bytes = 4096      # a reminder body, at most the deployment's own bound
+queries_in_flight = 100    # queries waiting at once; keep the sum under
+                           # REMINDERS_MAX_WAITING_QUERIES so no tenant can take every place
 ```
 
 Without a file there is one tenant, `default`, with no bounds beyond the per-session ones.
@@ -49,6 +51,11 @@ class TenantBounds(BaseModel):
     max_body_bytes: int | None = Field(
         default=None, ge=1, description="UTF-8 bytes of one reminder body."
     )
+    queries_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Queries (and their min_seq waits) at once, per gateway replica.",
+    )
 
     def with_defaults(self, defaults: TenantBounds) -> TenantBounds:
         """This tenant's bounds, each missing one taken from `defaults`."""
@@ -56,6 +63,7 @@ class TenantBounds(BaseModel):
             commands_per_second=self.commands_per_second or defaults.commands_per_second,
             live_sessions=self.live_sessions or defaults.live_sessions,
             max_body_bytes=self.max_body_bytes or defaults.max_body_bytes,
+            queries_in_flight=self.queries_in_flight or defaults.queries_in_flight,
         )
 
 

@@ -53,7 +53,7 @@ from services.gateway.committer import (
 from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.rpc import PARSE_ERROR, SERVER_ERROR, handle_rpc
-from services.gateway.tenancy import Tenancy, is_query, unscope_reply
+from services.gateway.tenancy import Tenancy, unscope_reply
 
 log = logging.getLogger("reminders.gateway")
 
@@ -256,11 +256,13 @@ class CommandService:
         scoped = self._tenancy.scope(tenant, parsed)
         if isinstance(scoped, dict):
             return scoped
-        if not is_query(scoped) and not isinstance(scoped, Forget):
-            bounded = self._tenancy.admit(tenant, scoped.session_id, time.monotonic())
-            if bounded is not None:
-                return bounded
-        return unscope_reply(tenant, await self._serve(scoped, warnings))
+        bounded = self._tenancy.admit(tenant, scoped, time.monotonic())
+        if bounded is not None:
+            return bounded
+        try:
+            return unscope_reply(tenant, await self._serve(scoped, warnings))
+        finally:
+            self._tenancy.done(tenant, scoped)
         # --- end tenants
 
     async def _serve(self, command: Command, warnings: list[Any]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ again, from the subject alone (no I/O): the tenant must be `default` or configur
 tenant's host may send host commands only, and its session ids are namespaced to it
 (`@<tenant>/<id>`), so a foreign session cannot be addressed at all and an unknown one is
 all a prober ever sees. A `default` host may not name a namespaced id. Then the tenant's
-bounds: commands per second and live sessions (per gateway replica), body bytes.
+bounds: commands per second, live sessions and queries in flight (per gateway replica),
+body bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ SERVICE_OPS = frozenset({Inherit.op, "evaluate", Forget.op})
 """Ops only fleet services and operators send (the server denies them to hosts)."""
 LIVE_WINDOW_S = 300.0
 """A session is live while it sent a command within this window."""
+QUERY_RETRY_AFTER_MS = 100
+"""What a query refused for its tenant's queries in flight is told to wait."""
 
 
 def _error(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]:
@@ -67,6 +70,7 @@ class Tenancy:
         self._bounds: dict[str, TenantBounds] = {}
         self._rates: dict[str, TenantRate] = {}
         self._live: dict[str, OrderedDict[str, float]] = {}
+        self._queries: dict[str, int] = {}
 
     def _bounds_of(self, tenant: str) -> TenantBounds:
         bounds = self._bounds.get(tenant)
@@ -109,8 +113,36 @@ class Tenancy:
             update["child_session_id"] = scoped_session_id(tenant, command.child_session_id)
         return command.model_copy(update=update)
 
-    def admit(self, tenant: str, session_id: str, now: float) -> dict[str, Any] | None:
-        """The reply refusing a decided command past the tenant's bounds, or None."""
+    def admit(self, tenant: str, command: Command, now: float) -> dict[str, Any] | None:
+        """The reply refusing a command past the tenant's bounds, or None (then `done` must
+        follow once it is served): a query counts against the tenant's queries in flight, a
+        decided command against its rate and live sessions, `forget` against nothing."""
+        if isinstance(command, StateQuery | PendingInjectionsQuery):
+            return self._admit_query(tenant)
+        if isinstance(command, Forget):
+            return None
+        return self._admit_command(tenant, command.session_id, now)
+
+    def done(self, tenant: str, command: Command) -> None:
+        """A command `admit` let through was served (a query leaves the tenant's in-flight)."""
+        if isinstance(command, StateQuery | PendingInjectionsQuery) and tenant in self._queries:
+            self._queries[tenant] -= 1
+
+    def _admit_query(self, tenant: str) -> dict[str, Any] | None:
+        limit = self._bounds_of(tenant).queries_in_flight
+        if limit is None:
+            return None
+        in_flight = self._queries.get(tenant, 0)
+        if in_flight >= limit:
+            return _error(
+                ErrorCode.RATE_LIMITED,
+                "too many queries of this tenant are waiting; retry later",
+                retry_after_ms=QUERY_RETRY_AFTER_MS,
+            )
+        self._queries[tenant] = in_flight + 1
+        return None
+
+    def _admit_command(self, tenant: str, session_id: str, now: float) -> dict[str, Any] | None:
         bounds = self._bounds_of(tenant)
         if bounds.commands_per_second is not None:
             rate = self._rates.get(tenant)
@@ -137,11 +169,6 @@ class Tenancy:
             live[session_id] = now
             live.move_to_end(session_id)
         return None
-
-
-def is_query(command: Command) -> bool:
-    """Queries are bounded by the waiting-query bound, not by the tenant's command rate."""
-    return isinstance(command, StateQuery | PendingInjectionsQuery)
 
 
 def unscope_reply(tenant: str, reply: dict[str, Any]) -> dict[str, Any]:

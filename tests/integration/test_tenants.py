@@ -45,6 +45,7 @@ max_body_bytes = 4096
 commands_per_second = 20
 live_sessions = 4
 max_body_bytes = 64
+queries_in_flight = 2
 """
 
 
@@ -390,5 +391,17 @@ async def test_a_tenant_past_its_bounds_does_not_slow_or_refuse_another(
     big = await globex.request("inject", {"session_id": "g0", "reminder": {"body": body}})
     assert big["error"]["code"] == "too_large"
     assert (await acme.request("inject", {"session_id": "a0", "reminder": {"body": body}}))["ok"]
+
+    # Queries in flight: globex's long waits (for a session_seq that never comes) fill its two
+    # places, and its third query is refused; acme's queries are answered meanwhile.
+    wait = {"session_id": "g0", "min_seq": 10**6, "timeout_ms": 3000}
+    waits = [asyncio.create_task(globex.request("state", wait)) for _ in range(2)]
+    await asyncio.sleep(0.5)
+    third = await globex.request("state", {"session_id": "g1"})
+    assert third["error"]["code"] == "rate_limited", third
+    for i in range(5):
+        assert (await acme.request("state", {"session_id": f"a{i}"}))["ok"]
+    assert all(reply["ok"] and reply["stale"] for reply in await asyncio.gather(*waits))
+    assert (await globex.request("state", {"session_id": "g1"}))["ok"]  # places free again
     await acme.connection.close()
     await globex.connection.close()

@@ -175,17 +175,34 @@ def test_each_tenants_bounds_hold_for_it_alone() -> None:
     assert tenancy.max_body_bytes("acme") == 10
     assert tenancy.max_body_bytes("globex") == 16384
     now = 1000.0
-    assert tenancy.admit("acme", "@acme/a", now) is None
-    assert tenancy.admit("acme", "@acme/a", now) is None
-    limited = tenancy.admit("acme", "@acme/a", now)
+    assert tenancy.admit("acme", inject("@acme/a"), now) is None
+    assert tenancy.admit("acme", inject("@acme/a"), now) is None
+    limited = tenancy.admit("acme", inject("@acme/a"), now)
     assert limited is not None and limited["error"]["code"] == "rate_limited"
     assert 0 < limited["error"]["details"]["retry_after_ms"] <= 500
-    assert tenancy.admit("globex", "@globex/a", now) is None  # another tenant: unaffected
-    assert tenancy.admit("acme", "@acme/b", now + 1) is None
-    too_many = tenancy.admit("acme", "@acme/c", now + 2)
+    assert tenancy.admit("globex", inject("@globex/a"), now) is None  # another tenant
+    assert tenancy.admit("acme", inject("@acme/b"), now + 1) is None
+    too_many = tenancy.admit("acme", inject("@acme/c"), now + 2)
     assert too_many is not None and too_many["error"]["code"] == "too_many"
     # A session is live for a window after its last command, then makes room.
-    assert tenancy.admit("acme", "@acme/c", now + 2 + LIVE_WINDOW_S) is None
+    assert tenancy.admit("acme", inject("@acme/c"), now + 2 + LIVE_WINDOW_S) is None
+
+
+def test_a_tenants_queries_in_flight_are_bounded_for_it_alone() -> None:
+    bounded = TenantsFile(
+        tenants={"acme": TenantBounds(queries_in_flight=2), "globex": TenantBounds()}
+    )
+    tenancy = Tenancy(bounded, 16384)
+    query, _ = parse_command("state", {"session_id": "@acme/s"})
+    assert tenancy.admit("acme", query, 0) is None
+    assert tenancy.admit("acme", query, 0) is None
+    refused = tenancy.admit("acme", query, 0)
+    assert refused is not None and refused["error"]["code"] == "rate_limited"
+    assert tenancy.admit("globex", query, 0) is None
+    tenancy.done("acme", query)
+    assert tenancy.admit("acme", query, 0) is None
+    # Queries count against no command rate, and commands against no query bound.
+    assert tenancy.admit("acme", inject("@acme/s"), 0) is None
 
 
 def test_a_tenants_state_reply_names_its_session_as_the_host_does() -> None:
