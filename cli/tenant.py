@@ -1,5 +1,8 @@
 """`reminders tenant add|list|remove|auth-config` and `reminders forget` (SPEC §10.1, §4.11).
 
+One `tenant` command with an action rather than a group of four, so that every option is
+an option of `reminders tenant` (its help and its docs list them all in one place).
+
 Tenants live in one TOML file (`--file`, env `REMINDERS_TENANTS_FILE`, default
 `k8s/base/tenants.toml`): the gateway reads their bounds from it, and `auth-config` writes
 their NATS users into the authorization config between its tenants marker lines.
@@ -11,7 +14,7 @@ user holds a purge right, because the server cannot limit one to a single sessio
 from __future__ import annotations
 
 import asyncio
-import os
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -39,23 +42,19 @@ from services.adapters.tenants_config import (
 DEFAULT_TENANTS_FILE = Path("k8s/base/tenants.toml")
 DEFAULT_AUTH_CONFIG = Path("k8s/base/nats-auth.conf")
 
-tenant_app = typer.Typer(
-    help="Manage the tenants of this deployment and their NATS users.", no_args_is_help=True
-)
+
+class Action(StrEnum):
+    """What `reminders tenant` does."""
+
+    add = "add"
+    list = "list"
+    remove = "remove"
+    auth_config = "auth-config"
 
 
 def _fail(message: str) -> None:
     Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
-
-
-def _file_option() -> Path:
-    default = os.environ.get("REMINDERS_TENANTS_FILE")
-    return typer.Option(  # type: ignore[no-any-return]
-        Path(default) if default else DEFAULT_TENANTS_FILE,
-        "--file",
-        help="The tenants file (TOML; env REMINDERS_TENANTS_FILE).",
-    )
 
 
 def _load(path: Path) -> TenantsFile:
@@ -66,25 +65,50 @@ def _load(path: Path) -> TenantsFile:
         raise  # unreachable: _fail exits
 
 
-@tenant_app.command("add")
-def add(
-    name: str = typer.Argument(..., help="The tenant's name (^[a-z0-9][a-z0-9-]{0,31}$)."),
-    file: Path = _file_option(),
-    commands_per_second: int | None = typer.Option(None, min=1, help="Commands per second."),
-    live_sessions: int | None = typer.Option(None, min=1, help="Live sessions."),
-    max_body_bytes: int | None = typer.Option(None, min=1, help="Bytes of a reminder body."),
-    queries_in_flight: int | None = typer.Option(None, min=1, help="Queries waiting at once."),
+def tenant(
+    action: Action = typer.Argument(..., help="add | list | remove | auth-config"),
+    name: str | None = typer.Argument(None, help="The tenant (add, remove)."),
+    file: Path = typer.Option(
+        DEFAULT_TENANTS_FILE,
+        "--file",
+        envvar="REMINDERS_TENANTS_FILE",
+        help="The tenants file (TOML).",
+    ),
+    commands_per_second: int | None = typer.Option(None, min=1, help="add: commands/s."),
+    live_sessions: int | None = typer.Option(None, min=1, help="add: live sessions."),
+    max_body_bytes: int | None = typer.Option(None, min=1, help="add: bytes of a body."),
+    queries_in_flight: int | None = typer.Option(None, min=1, help="add: queries at once."),
+    config: Path = typer.Option(
+        DEFAULT_AUTH_CONFIG, "--config", help="auth-config: the NATS auth config to write."
+    ),
+    check: bool = typer.Option(False, "--check", help="auth-config: exit 1 if it is stale."),
 ) -> None:
-    """Add a tenant (or change its bounds) in the tenants file."""
+    """Manage tenants: add (or change the bounds of) one, list them, remove one, or write
+    their NATS users into the auth config (SPEC §10.1; docs/tenants.md)."""
+    if action in (Action.add, Action.remove) and name is None:
+        _fail(f"`reminders tenant {action}` needs the tenant's NAME")
+    tenants = _load(file)
+    if action is Action.add:
+        assert name is not None
+        bounds = TenantBounds(
+            commands_per_second=commands_per_second,
+            live_sessions=live_sessions,
+            max_body_bytes=max_body_bytes,
+            queries_in_flight=queries_in_flight,
+        )
+        _add(file, tenants, name, bounds)
+    elif action is Action.remove:
+        assert name is not None
+        _remove(file, tenants, name)
+    elif action is Action.list:
+        _list(file, tenants)
+    else:
+        _auth_config(tenants, config, check)
+
+
+def _add(file: Path, tenants: TenantsFile, name: str, bounds: TenantBounds) -> None:
     if not is_tenant_name(name) or name == DEFAULT_TENANT:
         _fail(f"{name!r} is not a tenant name (^[a-z0-9][a-z0-9-]{{0,31}}$, not 'default')")
-    tenants = _load(file)
-    bounds = TenantBounds(
-        commands_per_second=commands_per_second,
-        live_sessions=live_sessions,
-        max_body_bytes=max_body_bytes,
-        queries_in_flight=queries_in_flight,
-    )
     updated = tenants.model_copy(update={"tenants": {**tenants.tenants, name: bounds}})
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(dump_tenants(updated), encoding="utf-8")
@@ -94,23 +118,15 @@ def add(
     Console().print(f"{name}: added to {file}; NATS users {users}", highlight=False)
 
 
-@tenant_app.command("remove")
-def remove(
-    name: str = typer.Argument(..., help="The tenant to remove."), file: Path = _file_option()
-) -> None:
-    """Remove a tenant from the tenants file (its sessions stay in the log)."""
-    tenants = _load(file)
+def _remove(file: Path, tenants: TenantsFile, name: str) -> None:
     if name not in tenants.tenants:
         _fail(f"no tenant {name!r} in {file}")
     rest = {key: value for key, value in tenants.tenants.items() if key != name}
     file.write_text(dump_tenants(tenants.model_copy(update={"tenants": rest})), encoding="utf-8")
-    Console().print(f"{name}: removed from {file}", highlight=False)
+    Console().print(f"{name}: removed from {file} (its sessions stay in the log)", highlight=False)
 
 
-@tenant_app.command("list")
-def list_tenants(file: Path = _file_option()) -> None:
-    """List the tenants with the bounds in force and their NATS users."""
-    tenants = _load(file)
+def _list(file: Path, tenants: TenantsFile) -> None:
     table = Table(title=f"tenants: {file}")
     for column in ("tenant", "commands/s", "live sessions", "body bytes", "queries", "users"):
         table.add_column(column)
@@ -121,30 +137,17 @@ def list_tenants(file: Path = _file_option()) -> None:
             if name == DEFAULT_TENANT
             else ", ".join(user_name(name, role) for role in ROLES_GENERATED)
         )
-        table.add_row(
-            name,
-            *(
-                "-" if value is None else str(value)
-                for value in (
-                    bounds.commands_per_second,
-                    bounds.live_sessions,
-                    bounds.max_body_bytes,
-                    bounds.queries_in_flight,
-                )
-            ),
-            users,
+        values = (
+            bounds.commands_per_second,
+            bounds.live_sessions,
+            bounds.max_body_bytes,
+            bounds.queries_in_flight,
         )
+        table.add_row(name, *("-" if value is None else str(value) for value in values), users)
     Console().print(table)
 
 
-@tenant_app.command("auth-config")
-def auth_config(
-    file: Path = _file_option(),
-    config: Path = typer.Option(DEFAULT_AUTH_CONFIG, "--config", help="The NATS auth config."),
-    check: bool = typer.Option(False, "--check", help="Exit 1 if --config is stale."),
-) -> None:
-    """Write every tenant's NATS users into the auth config's tenants block."""
-    tenants = _load(file)
+def _auth_config(tenants: TenantsFile, config: Path, check: bool) -> None:
     try:
         current = config.read_text(encoding="utf-8")
         wanted = with_tenants(current, tenants)
@@ -217,5 +220,5 @@ def tenants_line(settings: Settings) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add `tenant ...` and `forget` to the `reminders` command line."""
-    app.add_typer(tenant_app, name="tenant")
+    app.command(name="tenant")(tenant)
     app.command(name="forget")(forget)
