@@ -19,6 +19,7 @@ import orjson
 from contracts.commands import Command, Forget, Handoff, Inherit, PendingInjectionsQuery, StateQuery
 from contracts.errors import ErrorCode
 from contracts.replies import ErrorReply
+from contracts.subjects import EVALUATE_OP
 from contracts.tenants import (
     DEFAULT_TENANT,
     is_reserved_session_id,
@@ -27,7 +28,7 @@ from contracts.tenants import (
 )
 from services.adapters.tenants_config import TenantBounds, TenantsFile
 
-SERVICE_OPS = frozenset({Inherit.op, "evaluate", Forget.op})
+SERVICE_OPS = frozenset({Inherit.op, EVALUATE_OP, Forget.op})
 """Ops only fleet services and operators send (the server denies them to hosts)."""
 LIVE_WINDOW_S = 300.0
 """A session is live while it sent a command within this window."""
