@@ -17,7 +17,9 @@ from contracts import commands as cmd
 from contracts.agent_events import RuntimeEvent
 from contracts.events import Event
 from contracts.subjects import (
+    AGENT_EVENT_PREFIX,
     AUDIT_FORGOTTEN,
+    COMMAND_PREFIX,
     RPC_SUBJECT,
     acp_subject,
     agent_event_subject_template,
@@ -25,6 +27,7 @@ from contracts.subjects import (
     dlq_subject,
     event_subject_template,
 )
+from contracts.tenants import TENANT_TOKEN
 
 ASYNCAPI_PATH = Path(__file__).resolve().parents[1] / "contracts" / "asyncapi.json"
 
@@ -50,6 +53,18 @@ def _documented_broker() -> NatsBroker:
         description="JSON-RPC 2.0: session/remind, session/pending_injections, "
         "session/revoke_reminder, notifications/reminder, notifications/message.",
     )(rpc)
+
+    async def tenant_command(message: dict[str, Any]) -> None:
+        """A tenant's commands, queries and JSON-RPC (SPEC §10.1)."""
+
+    tenant_commands = f"{COMMAND_PREFIX}.{TENANT_TOKEN}.{{tenant}}.{{op}}"
+    broker.subscriber(
+        tenant_commands,
+        queue="reminders-gateway",
+        title=tenant_commands,
+        description="Tenant {tenant}'s hosts: every op of reminders.v1.<op> (not forget, "
+        "inherit, evaluate), on the tenant's own sessions; docs/tenants.md.",
+    )(tenant_command)
     publishers = [
         (event_subject_template(), Event, "Every decided event (SPEC §3)."),
         (dlq_subject("{service}", "{session_token}"), Event, "Poison copies with error headers."),
@@ -60,6 +75,16 @@ def _documented_broker() -> NatsBroker:
             RuntimeEvent,
             "Runtime events a host publishes for the providers service (SPEC §9.1), stream "
             "AGENT_EVENTS; Nats-Msg-Id is the event_id.",
+        ),
+        (
+            f"{COMMAND_PREFIX}.{TENANT_TOKEN}.{{tenant}}.acp.{{session_token}}",
+            dict,
+            "A tenant's ACP notifications, the same as reminders.v1.acp.<session_token>.",
+        ),
+        (
+            f"{AGENT_EVENT_PREFIX}.{TENANT_TOKEN}.{{tenant}}.{{kind}}.{{session_token}}",
+            RuntimeEvent,
+            "A tenant's runtime events (the session token of the host's own id).",
         ),
     ]
     for subject, schema, description in publishers:

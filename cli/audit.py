@@ -34,6 +34,7 @@ from replay.engine import Cut, replay
 from replay.errors import ReplayError
 from replay.report import html_report, text_report
 from replay.runtime_events import runtime_events_from_file, runtime_events_from_nats
+from replay.scope import AuditScope, ScopeError
 from replay.source import (
     EVENT_FILTER,
     connect_for_replay,
@@ -73,6 +74,22 @@ def fail(message: str, code: int = 1) -> None:
     """One line on stderr, then exit."""
     stderr.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+TENANT_OPTION: Any = typer.Option(
+    None,
+    "--tenant",
+    help="Audit one tenant's sessions (ids as its hosts know them); default: the fleet.",
+)
+
+
+def audit_scope(tenant: str | None) -> AuditScope:
+    """The scope of `--tenant`, or one line and exit 1 for a bad name."""
+    try:
+        return AuditScope.of(tenant)
+    except ScopeError as exc:
+        fail(str(exc))
+        raise  # unreachable: fail exits
 
 
 def run(make: Callable[[], Awaitable[T]]) -> T:
@@ -179,8 +196,10 @@ def replay_command(
         envvar="REMINDERS_AGENT_EVENTS_STREAM",
         help="--verify with --nats: the runtime event stream.",
     ),
+    tenant: str | None = TENANT_OPTION,
 ) -> None:
     """Reconstruct one session's state from its log, byte for byte, and explain it."""
+    session_id = audit_scope(tenant).session_id(session_id)  # tenants (SPEC §10.1)
     runtime_events: dict[str, RuntimeEvent] = {}
     if runtime_events_file is not None:
         if not runtime_events_file.exists():
@@ -276,10 +295,14 @@ def export_command(
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write here instead of stdout."
     ),
+    tenant: str | None = TENANT_OPTION,
 ) -> None:
     """Write events as JSON Lines (the envelope plus stream_seq and subject) for offline audit."""
     if (session_id is None) == (not all_sessions):
         fail("name one SESSION_ID or pass --all")
+    scope = audit_scope(tenant)  # tenants (SPEC §10.1)
+    if session_id is not None:
+        session_id = scope.session_id(session_id)
     nats_url = resolve_nats(nats_flag)
 
     async def read() -> list[StoredEvent]:
@@ -289,9 +312,9 @@ def export_command(
             if session_id is not None:
                 return await rows_from_nats(nc, stream, session_id)
             with progress_bar("exporting") as update:
-                return [
-                    row async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=update)
-                ]
+                return scope.rows(
+                    [row async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=update)]
+                )
         finally:
             await nc.close()
 
@@ -345,12 +368,16 @@ def verify_projection_command(
     bucket: str = typer.Option(
         DEFAULT_BUCKET, "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
     ),
+    tenant: str | None = TENANT_OPTION,
 ) -> None:
     """Compare every projected state with a replay of the log; exit 1 on any mismatch."""
     from replay.rebuild import verify_projection
 
     if session_id is not None and all_sessions:
         fail("name one SESSION_ID or pass --all, not both")
+    scope = audit_scope(tenant)  # tenants (SPEC §10.1)
+    if session_id is not None:
+        session_id = scope.session_id(session_id)
     nats_url = resolve_nats(nats_flag)
     token = session_token(session_id) if session_id is not None else None
 
@@ -362,7 +389,9 @@ def verify_projection_command(
             if session_id is not None:
                 await _require_known_session(nc, stream, bucket, session_id)
             with progress_bar("verifying") as update:
-                checked, mismatches = await verify_projection(nc, stream, bucket, token, update)
+                checked, mismatches = await verify_projection(
+                    nc, stream, bucket, token, update, scope
+                )
         finally:
             await nc.close()
         return checked, [(m.token, m.reason) for m in mismatches]

@@ -12,6 +12,7 @@ from rich.console import Console
 from cli.hook import hook_app
 from cli.options import NATS_ENV, given_nats, nats_option, nats_url_alias
 from cli.tail import tail_command
+from cli.tenant import register as register_tenant_commands
 from services.adapters.settings import Settings
 from services.workers import WORKERS
 
@@ -135,11 +136,13 @@ def provision(
     """Create or update every stream, the projection bucket and every worker's durable
     consumer (idempotent; needs JetStream admin rights). Services only check what it made."""
     from cli.provision import provision_all
+    from cli.tenant import tenants_line
     from services.adapters.connection import CLI_CONNECT_TIMEOUT_S, NatsUnreachable, connect
     from services.adapters.jetstream import JetStreamApiError
     from services.adapters.provisioning import ProvisionError
 
     settings = Settings.from_env(nats_url=nats_url)
+    tenants = tenants_line(settings)  # tenants (SPEC §10.1): a bad tenants file fails here
 
     async def run() -> dict[str, str]:
         nc = await connect(
@@ -157,6 +160,7 @@ def provision(
         return
     for name, what in done.items():
         Console().print(f"{name}: {what}")
+    Console().print(tenants, highlight=False)
 
 
 @app.command()
@@ -237,6 +241,7 @@ def _register_audit_commands() -> None:
 _register_audit_commands()
 app.command(name="tail")(tail_command)
 app.add_typer(hook_app, name="hook")
+register_tenant_commands(app)  # tenants (SPEC §10.1): `tenant add|list|remove`, `forget`
 
 
 def _tidy_help(typer_app: typer.Typer) -> None:

@@ -185,7 +185,8 @@ async def serve_stdio(settings: Settings) -> None:
         settings, "reminders-mcp", startup_timeout_s=CLI_CONNECT_TIMEOUT_S, fail_fast=True
     )
     try:
-        ledger = ReminderClient(nc, timeout_s=settings.request_timeout_s)
+        # Tenants (SPEC §10.1): a tenant's host names its tenant (REMINDERS_TENANT).
+        ledger = ReminderClient(nc, timeout_s=settings.request_timeout_s, tenant=settings.tenant)
         await build_server(ledger).run_stdio_async()
     finally:
         await nc.drain()

@@ -18,20 +18,38 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.agent_events import AGENT_EVENT_SCHEMA_V1, RuntimeEvent
 from contracts.errors import ErrorCode, ReminderError
-from contracts.subjects import agent_event_subject, command_subject
+from contracts.tenants import (
+    DEFAULT_TENANT,
+    scoped_session_id,
+    tenant_acp_subject,
+    tenant_agent_event_subject,
+    tenant_command_subject,
+)
 from services.adapters.telemetry import inject_traceparent
 
 
 class ReminderClient:
     """Async request/reply client for `reminders.v1.<op>` (SPEC §4)."""
 
-    def __init__(self, nc: Client, timeout_s: float = 10.0, *, owns_connection: bool = False):
+    def __init__(
+        self,
+        nc: Client,
+        timeout_s: float = 10.0,
+        *,
+        owns_connection: bool = False,
+        tenant: str = DEFAULT_TENANT,
+    ):
         self._nc = nc
         self._timeout_s = timeout_s
         self._owns_connection = owns_connection
+        # Tenants (SPEC §10.1): a host of tenant T talks on T's subjects; its credential
+        # allows no others, and its session ids are its own (`default`: the plain subjects).
+        self._tenant = tenant
 
     @classmethod
-    async def connect(cls, url: str, timeout_s: float = 10.0, **options: Any) -> ReminderClient:
+    async def connect(
+        cls, url: str, timeout_s: float = 10.0, *, tenant: str = DEFAULT_TENANT, **options: Any
+    ) -> ReminderClient:
         """Open a connection of its own (closed with the client).
 
         `options` go to `nats.connect` (credentials, TLS). With a `user`, replies come back
@@ -40,7 +58,11 @@ class ReminderClient:
         if options.get("user") and "inbox_prefix" not in options:
             options["inbox_prefix"] = f"_INBOX.{options['user']}"
         nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3, **options)
-        return cls(nc, timeout_s, owns_connection=True)
+        return cls(nc, timeout_s, owns_connection=True, tenant=tenant)
+
+    def acp_subject(self, session_id: str) -> str:
+        """Where the observer sends this tenant's session's ACP notifications (SPEC §8)."""
+        return tenant_acp_subject(scoped_session_id(self._tenant, session_id))[0]
 
     @property
     def connection(self) -> Client:
@@ -74,7 +96,10 @@ class ReminderClient:
         self._check_size(op, data, headers)
         try:
             reply = await self._nc.request(
-                command_subject(op), data, timeout=self._timeout_s, headers=headers
+                tenant_command_subject(self._tenant, op),
+                data,
+                timeout=self._timeout_s,
+                headers=headers,
             )
         except (NoRespondersError, NatsTimeoutError) as exc:
             raise ReminderError(
@@ -325,7 +350,7 @@ class ReminderClient:
         headers = {"Nats-Msg-Id": event.event_id, **inject_traceparent()}
         try:
             await self._nc.jetstream().publish(
-                agent_event_subject(event.kind, event.session_id),
+                tenant_agent_event_subject(self._tenant, event.kind, event.session_id),
                 orjson.dumps(event.to_wire()),
                 timeout=self._timeout_s,
                 headers=headers,

@@ -24,6 +24,12 @@ from contracts.commands import Identifier, SessionId, Turn
 from contracts.decode import InvalidEvent, Undecodable, UnknownSchema, subject_mismatch
 from contracts.kinds import payload_by_kind, require_payload_kind
 from contracts.subjects import parse_agent_event_subject
+from contracts.tenants import (
+    DEFAULT_TENANT,
+    agent_event_tenant,
+    is_reserved_session_id,
+    scoped_session_id,
+)
 
 AGENT_EVENT_SCHEMA_V1: Final = "reminder-ledger.agent-event/v1"
 
@@ -215,12 +221,19 @@ def decode_runtime_event(
         places = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
         raise InvalidRuntimeEvent(f"failed validation at: {', '.join(places)}", places) from None
     if subject is not None:
+        # Tenants (SPEC §10.1): a tenant's subject names it; its session is scoped to it.
+        tenant = agent_event_tenant(subject)
         problem = subject_mismatch(
-            parse_agent_event_subject(subject),
-            "agent.events.<kind>.<session_token>",
+            None if tenant is None else parse_agent_event_subject(tenant[1]),
+            "agent.events.[t.<tenant>.]<kind>.<session_token>",
             event.kind,
             event.session_id,
         )
-        if problem is not None:
-            raise WrongRuntimeSubject(problem)
+        if problem is not None or tenant is None:
+            raise WrongRuntimeSubject(problem or "not a tenant's runtime event subject")
+        if tenant[0] == DEFAULT_TENANT and is_reserved_session_id(event.session_id):
+            raise WrongRuntimeSubject("a default host names a tenant's session")
+        if tenant[0] != DEFAULT_TENANT:
+            scoped = scoped_session_id(tenant[0], event.session_id)
+            return event.model_copy(update={"session_id": scoped})
     return event

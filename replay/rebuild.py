@@ -20,10 +20,12 @@ from contracts.state import SessionState
 from contracts.stored import StoredEvent
 from contracts.subjects import last_token
 from core.projection import Record, project_all
+from replay.scope import AuditScope
 from replay.source import EVENT_FILTER, iterate_stream
 from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
 
 Progress = Callable[[int, int], None]
+FLEET = AuditScope()
 
 
 def project(start: Record, rows: list[StoredEvent]) -> Record:
@@ -95,22 +97,32 @@ async def verify_projection(
     bucket: str,
     only_token: str | None = None,
     progress: Progress | None = None,
+    scope: AuditScope = FLEET,
 ) -> tuple[int, list[Mismatch]]:
-    """Compare each projected state with a replay of its events up to the state's stream_seq."""
+    """Compare each projected state with a replay of its events up to the state's stream_seq
+    (of the sessions within `scope`: one tenant's, or all)."""
     kv = await nc.jetstream().key_value(bucket)
     sessions = await read_all_sessions(nc, stream, progress)
+    sessions = {token: rows for token, rows in sessions.items() if scope.rows(rows[:1])}
     try:
         keys = set(await kv.keys())
     except nats.js.errors.NoKeysError:
         keys = set()
     tokens = sorted((keys | set(sessions)) if only_token is None else {only_token})
     mismatches: list[Mismatch] = []
+    checked = 0
     for token in tokens:
         try:
             current = decode_record((await kv.get(token)).value)
         except nats.js.errors.KeyNotFoundError:
             current = None
         rows = sessions.get(token, [])
+        mine = bool(rows) or (
+            isinstance(current, SessionState) and scope.covers(current.session_id)
+        )
+        if scope.tenant is not None and not mine:
+            continue  # a key of another tenant's session (or a bare tombstone)
+        checked += 1
         if isinstance(current, Tombstone):
             if any(r.stream_seq <= current.purged_through for r in rows):
                 mismatches.append(Mismatch(token, "tombstoned but events are still in the log"))
@@ -127,4 +139,4 @@ async def verify_projection(
             mismatches.append(
                 Mismatch(token, f"projection differs from a replay up to {current.stream_seq}")
             )
-    return len(tokens), mismatches
+    return checked, mismatches

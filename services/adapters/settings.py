@@ -20,6 +20,7 @@ from contracts.subjects import (
 )
 from core.config import CoreConfig
 from core.size import check_fits
+from services.adapters.tenants_config import TenantsFile, load_tenants
 
 
 class Settings(BaseModel):
@@ -40,6 +41,14 @@ class Settings(BaseModel):
     )
     providers_config: Path | None = Field(
         default=None, description="REMINDERS_PROVIDERS_CONFIG (TOML; none: the defaults)"
+    )
+    tenants_file: Path | None = Field(
+        default=None, description="REMINDERS_TENANTS_FILE (TOML; none: only `default`)"
+    )
+    tenant: str = Field(
+        default="default",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,31}$",
+        description="REMINDERS_TENANT (the tenant a host or CLI acts for)",
     )
     replicas: int = Field(default=1, ge=1, le=5, description="REMINDERS_REPLICAS")
     data_dir: Path = Field(default=Path("./data"), description="REMINDERS_DATA_DIR")
@@ -100,6 +109,10 @@ class Settings(BaseModel):
             )
         return self
 
+    def tenants(self) -> TenantsFile:
+        """The tenants file (SPEC §10.1); only `default` without one."""
+        return load_tenants(self.tenants_file)
+
     def __repr__(self) -> str:
         # Never print secrets (settings objects end up in logs and tracebacks).
         shown = self.model_dump(exclude={"nats_password", "nats_token"})
@@ -119,6 +132,8 @@ class Settings(BaseModel):
             "REMINDERS_AGENT_EVENTS_STREAM": "agent_events_stream",
             "REMINDERS_AGENT_EVENTS_MAX_AGE_S": "agent_events_max_age_s",
             "REMINDERS_PROVIDERS_CONFIG": "providers_config",
+            "REMINDERS_TENANTS_FILE": "tenants_file",
+            "REMINDERS_TENANT": "tenant",
             "REMINDERS_REPLICAS": "replicas",
             "REMINDERS_DATA_DIR": "data_dir",
             "REMINDERS_HTTP_HOST": "http_host",

@@ -22,6 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from contracts.subjects import COMMAND_SUBJECTS, RPC_OP, last_token
+from contracts.tenants import TENANT_COMMAND_SUBJECTS, command_tenant
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
 from services.gateway.service import CommandService
 
@@ -45,21 +46,20 @@ class CommandListener:
         self._tracer = tracer
         self._slots = asyncio.Semaphore(in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._subscription: Subscription | None = None
+        self._subscriptions: list[Subscription] = []
 
     async def start(self) -> None:
-        """Join the queue group."""
-        self._subscription = await self._nc.subscribe(
-            COMMAND_SUBJECTS,
-            queue=QUEUE_GROUP,
-            cb=self._dispatch,
-            pending_msgs_limit=100_000,
-        )
+        """Join the queue group, on the `default` tenant's subjects and every tenant's."""
+        for subjects in (COMMAND_SUBJECTS, TENANT_COMMAND_SUBJECTS):
+            subscription = await self._nc.subscribe(
+                subjects, queue=QUEUE_GROUP, cb=self._dispatch, pending_msgs_limit=100_000
+            )
+            self._subscriptions.append(subscription)
 
     async def stop(self) -> None:
         """Leave the queue group, then let every command in flight finish and reply."""
-        if self._subscription is not None:
-            await self._subscription.unsubscribe()
+        for subscription in self._subscriptions:
+            await subscription.unsubscribe()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -93,13 +93,16 @@ class CommandListener:
 
     async def _serve(self, message: Msg) -> None:
         op = last_token(message.subject)
+        # Tenants (SPEC §10.1): the server let the caller publish only on its tenant's subjects.
+        # A subject of neither shape names no tenant (""), which the service refuses.
+        tenant = command_tenant(message.subject) or ("", op)
         try:
             with self._span(message):
                 if op == RPC_OP:
-                    response = await self._service.handle_rpc(message.data)
+                    response = await self._service.handle_rpc(message.data, tenant[0])
                     body = None if response is None else orjson.dumps(response)
                 else:
-                    body = orjson.dumps(await self._service.handle(op, message.data))
+                    body = orjson.dumps(await self._service.handle(op, message.data, tenant[0]))
             if body is not None and message.reply:
                 await message.respond(body)
         except Exception:  # a reply could not be sent; the client times out and retries

@@ -17,6 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import orjson
@@ -36,6 +37,7 @@ from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
 from contracts.replies import ErrorReply
 from contracts.state import SessionState
+from contracts.tenants import DEFAULT_TENANT
 from core import CommandContext, fold_all
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
@@ -49,6 +51,7 @@ from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.replies import RETRY_AFTER_MS, error_reply, unavailable_reply
 from services.gateway.rpc import handle_rpc_bytes
+from services.gateway.tenancy import Tenancy, unscope_reply
 
 log = logging.getLogger("reminders.gateway")
 
@@ -250,6 +253,8 @@ class CommandService:
         self._reader = ProjectionReader(nc, settings)
         self._forgetter = Forgetter(nc, settings)
         self._last_seen: OrderedDict[str, float] = OrderedDict()
+        # Tenants (SPEC §10.1): scope and bound each command by its caller's tenant.
+        self._tenancy = Tenancy(settings.tenants(), settings.core.max_body_bytes)
 
     def active_sessions(self, window_s: float = 300.0) -> int:
         """Sessions that sent a command within the window (the gauge of SPEC §10)."""
@@ -258,15 +263,16 @@ class CommandService:
             self._last_seen.popitem(last=False)
         return len(self._last_seen)
 
-    async def handle_rpc(self, data: bytes) -> dict[str, Any] | None:
-        """One JSON-RPC message (SPEC §8); None for a notification."""
-        return await handle_rpc_bytes(self.handle_value, data)
+    async def handle_rpc(self, data: bytes, tenant: str = DEFAULT_TENANT) -> dict[str, Any] | None:
+        """One JSON-RPC message (SPEC §8) of a caller of `tenant`; None for a notification."""
+        return await handle_rpc_bytes(partial(self.handle_value, tenant=tenant), data)
 
-    async def handle(self, op: str, data: bytes) -> dict[str, Any]:
-        """Serve one command or query as received on `reminders.v1.<op>`; never raises."""
+    async def handle(self, op: str, data: bytes, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+        """Serve one command or query as received on `reminders.v1.<op>` (or a tenant's
+        command subject); never raises."""
         started = time.perf_counter()
         try:
-            reply = await self.handle_value(op, orjson.loads(data))
+            reply = await self.handle_value(op, orjson.loads(data), tenant)
         except orjson.JSONDecodeError:
             reply = error_reply(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
         except Exception:  # the reply must go out whatever broke; the error is logged
@@ -284,20 +290,43 @@ class CommandService:
             self._metrics.latency.record(time.perf_counter() - started, attributes)
         return reply
 
-    async def handle_value(self, op: str, raw: object) -> dict[str, Any]:
-        """Serve one command or query given as a parsed JSON value."""
+    async def handle_value(
+        self, op: str, raw: object, tenant: str = DEFAULT_TENANT
+    ) -> dict[str, Any]:
+        """Serve one command or query given as a parsed JSON value, for a caller of `tenant`
+        (the tenant of the subject it came on)."""
         received = time.monotonic()
         if op not in DECIDED_OPS and op not in QUERY_OPS:
             return error_reply(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]}", op=op[:64])
+        # --- tenants (SPEC §10.1): the caller check, then the command scoped to its tenant.
+        refused = self._tenancy.refuse_caller(tenant, op)
+        if refused is not None:
+            return refused
         try:
-            command, warnings = parse_command(
+            parsed, warnings = parse_command(
                 op,
                 raw,
-                max_body_bytes=self._settings.core.max_body_bytes,
+                max_body_bytes=self._tenancy.max_body_bytes(tenant),
                 max_user_text_bytes=self._settings.core.max_user_text_bytes,
             )
         except ReminderError as exc:
             return ErrorReply(error=exc.to_body()).to_wire()
+        scoped = self._tenancy.scope(tenant, parsed)
+        if isinstance(scoped, dict):
+            return scoped
+        bounded = self._tenancy.admit(tenant, scoped, time.monotonic())
+        if bounded is not None:
+            return bounded
+        try:
+            return unscope_reply(tenant, await self._serve(scoped, warnings, received))
+        finally:
+            self._tenancy.done(tenant, scoped)
+        # --- end tenants
+
+    async def _serve(
+        self, command: Command, warnings: list[Any], received: float
+    ) -> dict[str, Any]:
+        """Serve one parsed command of any tenant (its session ids already scoped)."""
         if isinstance(command, StateQuery | PendingInjectionsQuery):
             return await self._query(command)
         if isinstance(command, Forget):

@@ -20,7 +20,8 @@ from opentelemetry import trace
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 
 from contracts import events as ev
-from contracts.subjects import EVENT_SUBJECTS, acp_subject, session_token
+from contracts.subjects import EVENT_SUBJECTS
+from contracts.tenants import tenant_acp_subject
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
@@ -201,8 +202,10 @@ async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publi
     metrics.observe(event)
     span_event(event)
     if isinstance(event.payload, ev.Fired):
-        subject = acp_subject(session_token(event.session_id))
+        # Tenants (SPEC §10.1): on the tenant's own subject, naming the session as its host does.
+        subject, host_session_id = tenant_acp_subject(event.session_id)
         for notification in acp_notifications(event):
+            notification["params"]["sessionId"] = host_session_id
             await publish(subject, orjson.dumps(notification))
     return ACK
 

@@ -22,7 +22,7 @@ class RecordingService:
     def __init__(self) -> None:
         self.carried: list[dict[str, str]] = []
 
-    async def handle(self, op: str, data: bytes) -> dict[str, Any]:
+    async def handle(self, op: str, data: bytes, tenant: str = "default") -> dict[str, Any]:
         self.carried.append(inject_traceparent())
         return {"ok": True}
 
