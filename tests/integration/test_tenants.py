@@ -24,6 +24,7 @@ from cli.embedded import EmbeddedNats
 from client.sdk import ReminderClient
 from contracts.tenants import scoped_session_id
 from services.adapters.settings import Settings
+from services.workers import WORKERS
 from tests.integration.test_permissions import (
     ROOT,
     as_user,
@@ -322,7 +323,7 @@ async def test_no_service_may_purge_and_the_operator_forgets_one_tenants_session
     await globex.inject("doomed", "globex body", id="g1")
     operator = await connect_as(secured_server, "operator")
     before = await count(operator)
-    for user in ("gateway", "projector", "propagator", "observer", "providers", "replay"):
+    for user in [*(worker.nats_user for worker in WORKERS.values()), "replay"]:
         nc = await connect_as(secured_server, user)
         assert await denied(nc, "$JS.API.STREAM.PURGE.REMINDERS", b"{}"), user
         filtered = orjson.dumps({"filter": "transcript.reminder.*.doomed"})
