@@ -380,7 +380,12 @@ def _prepare_mute(body: dict[str, Any]) -> dict[str, Any]:
             f"invalid selector.source: must be one of {', '.join(sorted(_SOURCES))}",
             {"field": "selector.source"},
         )
-    return {**body, "selector": MuteSelector.model_validate(selector)}
+    try:
+        return {**body, "selector": MuteSelector.model_validate(selector)}
+    except ValidationError as exc:
+        raise error_from_validation(
+            exc, field_codes={}, default=ErrorCode.INVALID_OPTION, prefix="selector."
+        ) from None
 
 
 def _check_sanitize_size(body: dict[str, Any]) -> None:

@@ -44,6 +44,9 @@ def wire_models() -> dict[str, type[BaseModel]]:
         replies.HandoffReply,
         replies.InheritReply,
         replies.EvaluateReply,
+        replies.MuteReply,
+        replies.UnmuteReply,
+        replies.SanitizeReply,
     ):
         models[f"reply.{reply.__name__}"] = reply
     # Runtime events of the providers service (SPEC §9.1).

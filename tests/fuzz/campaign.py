@@ -65,6 +65,7 @@ SPEC_CODES = frozenset(
         "conflict",
         "already_delivered",
         "unknown_reminder_id",
+        "unknown_mute_id",
         "stale_turn",
         "invalid_request",
         "unavailable",
@@ -83,6 +84,9 @@ REPLY_SCHEMAS: dict[str, list[str]] = {
     "compact": ["CompactReply"],
     "handoff": ["HandoffReply", "AlreadyAppliedReply"],
     "inherit": ["InheritReply", "AlreadyAppliedReply"],
+    "mute": ["MuteReply"],
+    "unmute": ["UnmuteReply"],
+    "sanitize": ["SanitizeReply"],
 }
 QUERY_TIMEOUT_MS = 300
 """Valid `timeout_ms` values above this are lowered to it, so no query waits a minute."""
