@@ -85,6 +85,10 @@ class CommandPorts(Protocol):
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         """Append atomically; the stream seqs, or one of the `Commit*` exceptions."""
 
+    async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
+        """The stream seq of the session's last event in the log now (0 for none);
+        `LogUnavailable`."""
+
     def check_caller(self, command: Command, state: SessionState) -> dict[str, Any] | None:
         """The per-command check of the caller, before every decide: None lets the command
         through, a reply refuses it (nothing is appended)."""
@@ -185,6 +189,13 @@ async def _attempt(
         return refusal
     decision = decide(entry.state, command, context, ports.core, warnings)
     if not decision.events:
+        # Nothing to append, so no expected-sequence check will catch a cached session that
+        # is behind the log (another replica appended): look at the log's last seq first,
+        # and decide again on the session as stored if it moved on.
+        if unsure_after is None and entry.last_stream_seq != await ports.last_stream_seq(
+            command.session_id, deadline.left()
+        ):
+            raise CommitConflict("the cached session is behind the log")
         return decision.reply
     append = SessionAppend(
         command.session_id, entry.last_stream_seq, decision.events, encoded=decision.encoded

@@ -42,7 +42,7 @@ from core import CommandContext, fold_all
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
-from services.adapters.session_read import read_session
+from services.adapters.session_read import last_session_seq, read_session
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.command import CachedSession, Deadline, LogUnavailable, run_command
@@ -185,6 +185,22 @@ class NatsCommandPorts:
             return cached
         entry, _ = await self.read(session_id, timeout_s)
         return entry
+
+    async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
+        """The stream seq of the session's last event (a direct get of the last message on
+        its subjects)."""
+        try:
+            return await asyncio.wait_for(
+                last_session_seq(
+                    self._nc,
+                    self._settings.stream,
+                    session_id,
+                    timeout_s=min(timeout_s, self._settings.request_timeout_s),
+                ),
+                timeout_s,
+            )
+        except (TimeoutError, NatsError, JetStreamApiError) as exc:
+            raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
     async def read(
         self, session_id: str, timeout_s: float

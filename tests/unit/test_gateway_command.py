@@ -98,6 +98,10 @@ class FakePorts:
             raise CommitConflict("wrong last sequence")
         return self._store(append)
 
+    async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
+        assert timeout_s > 0
+        return max((seq for event, seq in self.log if event.session_id == session_id), default=0)
+
     def _store(self, append: SessionAppend) -> list[int]:
         start = len(self.log) + 1
         seqs = list(range(start, start + len(append.events)))
@@ -263,3 +267,19 @@ async def test_a_command_with_no_time_left_is_not_even_loaded() -> None:
     reply = await run_command(command, warnings, ports, deadline)
     assert reply["error"]["details"] == {"retry_after_ms": 1000}
     assert ports.commits == 0 and ports.checked == []
+
+
+async def test_a_no_op_decided_on_a_cached_session_behind_the_log_is_decided_again() -> None:
+    """Two replicas: B cached the session before A appended a reminder. A render that B
+    would decide as "nothing due" on its cache must see A's acked write (found by the
+    fault suite's history checker as a stale read)."""
+    replica_b = FakePorts()
+    render = parse_command("render", {"session_id": "s1", "turn": 0})
+    assert (await run(replica_b, (render[0], list(render[1]))))["envelope"] is None
+    replica_b.cached = CachedSession(SessionState(), 0)  # B's cache, before A's write
+    replica_a = FakePorts()
+    replica_a.log = replica_b.log  # one log, two gateways
+    await run(replica_a, inject("written through replica A"))
+    reply = await run(replica_b, (render[0], list(render[1])))
+    assert reply["envelope"] is not None and len(reply["envelope"]["directive_ids"]) == 1
+    assert kinds(replica_b) == ["injected", "fired", "delivered"]
