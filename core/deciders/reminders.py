@@ -26,6 +26,7 @@ from core.deciders.common import (
     reject,
     resolve,
 )
+from core.deciders.effect import check_expires_after_now
 from core.redact import redact
 
 
@@ -38,6 +39,7 @@ def inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
         if redactions:
             spec = spec.model_copy(update={"body": body})
     reminder_id = spec.id
+    check_expires_after_now(batch, spec.expires_at)
     if spec.source == "inherited":
         raise reject(
             ErrorCode.INVALID_OPTION,

@@ -36,6 +36,7 @@ from contracts.events import Event
 from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from core import decide, fold_all
+from core.clock import timed
 from core.decide import with_unstored
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError, SessionAppend, read_session
@@ -314,7 +315,9 @@ class CommandService:
                 waits += 1
                 await asyncio.sleep(pause)
                 continue
-            decision = decide(entry.state, command, context, self._settings.core, warnings)
+            # The session's recorded time never goes backwards (SPEC §12.4).
+            timed_context = timed(context, entry.state)
+            decision = decide(entry.state, command, timed_context, self._settings.core, warnings)
             if not decision.events:
                 return decision.reply
             append = SessionAppend(
