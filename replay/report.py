@@ -21,9 +21,50 @@ def _short(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _held_back(summary: ev.RenderSummary) -> str:
+    """What a render summary held back, by reason, e.g. `shed a; muted b`."""
+    parts = [
+        f"{reason} {', '.join(ids)}"
+        for reason, ids in (
+            ("shed", summary.shed_ids),
+            ("muted", summary.muted_ids),
+            ("not yet due", summary.not_yet_ids),
+        )
+        if ids
+    ]
+    return "; ".join(parts)
+
+
+def _describe_control(p: ev.Payload) -> str | None:
+    """The cost, control and effect events (SPEC §12), or None for another kind."""
+    if isinstance(p, ev.Withheld):
+        return (
+            f"render at turn {p.turn_number} delivered nothing: "
+            f"{_held_back(p.summary) or 'nothing held back'}"
+        )
+    if isinstance(p, ev.Muted):
+        until = f"until turn {p.until_turn}" if p.until_turn is not None else "until unmuted"
+        selector = ", ".join(f"{k} {v}" for k, v in p.selector.model_dump().items())
+        return f"mute {p.mute_id} ({selector}) {until}"
+    if isinstance(p, ev.Unmuted):
+        return f"mute {p.mute_id} ended"
+    if isinstance(p, ev.ForgedDirectiveNeutralized):
+        tool = f" from {p.tool_name}" if p.tool_name else ""
+        return f"{p.count} forged directive tag(s) neutralized in a tool result{tool}"
+    if isinstance(p, ev.Acknowledged):
+        note = f": {_short(p.note)!r}" if p.note else ""
+        return (
+            f"{p.reminder_id} acknowledged as {p.outcome} by {p.by} at turn {p.turn_number}{note}"
+        )
+    return None
+
+
 def describe(event: ev.Event) -> str:
     """One line saying what an event records and why."""
     p = event.payload
+    control = _describe_control(p)
+    if control is not None:
+        return control
     if isinstance(p, ev.Queued):
         return (
             f"{p.reminder.id} queued at position {p.position} for {p.mode}: "
@@ -35,6 +76,10 @@ def describe(event: ev.Event) -> str:
             flags.append(f"key {p.dedupe_key}")
         if p.audit_only:
             flags.append("audit only")
+        if p.reminder.not_before:
+            flags.append(f"not before {p.reminder.not_before}")
+        if p.reminder.expires_at:
+            flags.append(f"expires at {p.reminder.expires_at}")
         return f"{p.reminder_id} injected ({', '.join(flags)}): {_short(p.reminder.body)!r}"
     if isinstance(p, ev.Deduped):
         return f"{p.reminder_id} replaced {', '.join(p.replaced_ids)} (same key {p.dedupe_key})"
@@ -44,9 +89,13 @@ def describe(event: ev.Event) -> str:
         ttl = f", ttl {p.ttl_turns}" if p.ttl_turns is not None else ""
         return f"{p.reminder_id} fired at turn {p.turn_number} ({p.authority}{ttl})"
     if isinstance(p, ev.Delivered):
+        cost = ""
+        if p.summary is not None:
+            held = _held_back(p.summary)
+            cost = f", ~{p.summary.est_tokens} tokens" + (f" ({held})" if held else "")
         return (
             f"envelope delivered at turn {p.turn_number}: {len(p.directive_ids)} directive(s), "
-            f"{p.format}, speaker {p.speaker}, sha256 {p.text_sha256[:12]}"
+            f"{p.format}, speaker {p.speaker}, sha256 {p.text_sha256[:12]}{cost}"
         )
     if isinstance(p, ev.PostTurn):
         return (
@@ -146,6 +195,8 @@ def lives(events: Iterable[ev.Event]) -> list[Life]:
             life(p.reminder_id).steps.append(f"{where}: delivered at turn {p.turn_number}")
         elif isinstance(p, ev.Expired):
             life(p.reminder_id).steps.append(f"{where}: expired ({p.reason})")
+        elif isinstance(p, ev.Acknowledged):
+            life(p.reminder_id).steps.append(f"{where}: acknowledged as {p.outcome} by {p.by}")
         elif isinstance(p, ev.Deduped):
             for replaced in p.replaced_ids:
                 life(replaced).steps.append(f"{where}: replaced by {p.reminder_id}")
