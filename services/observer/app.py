@@ -26,6 +26,7 @@ from services.adapters.jetstream import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Outcome, durable_consumer
+from services.observer.effect import EffectMetrics
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.observer")
@@ -96,6 +97,7 @@ class ObserverMetrics:
     envelope_tokens: Histogram
     withheld: Counter
     neutralized: Counter
+    effect: EffectMetrics
 
     @classmethod
     def create(cls) -> ObserverMetrics:
@@ -128,6 +130,7 @@ class ObserverMetrics:
                 "reminders_forged_directives_neutralized",
                 description="Directive-shaped tags escaped in tool output (SPEC §12.5)",
             ),
+            effect=EffectMetrics.create(meter),
         )
 
     def _held_back(self, summary: ev.RenderSummary | None) -> None:
@@ -149,6 +152,7 @@ class ObserverMetrics:
         if isinstance(payload, ev.ProviderEvaluated):
             labels["reason"] = "fired" if payload.fired else "quiet"
         self.lifecycle.add(1, labels)
+        self.effect.observe(event)
         if isinstance(payload, ev.Injected):
             self.live.add(1)
         elif isinstance(payload, ev.Deduped):
