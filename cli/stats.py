@@ -47,7 +47,7 @@ class StatsFormat(StrEnum):
     html = "html"
 
 
-def _table_text(report: dict[str, Any]) -> str:
+def table_text(report: dict[str, Any]) -> str:
     """The report as a terminal table (rows, then the totals)."""
     table = Table(title=f"Reminder effect over {report['sessions']} session(s)")
     for column in (
@@ -165,7 +165,7 @@ def stats_command(
         what = f"session {session_id}" if session_id is not None else "every session"
         text = stats_html(data, f"Reminder effect: {what}")
     else:
-        text = _table_text(data)
+        text = table_text(data)
     write_output(text, output)
 
 
