@@ -18,11 +18,12 @@ from cli.audit import (
     STREAM_HELP,
     _credentials,
     fail,
+    one_source,
     progress_bar,
     run,
     write_output,
 )
-from cli.options import NATS_ENV, given_nats, nats_option
+from cli.options import NATS_ENV, nats_option
 from contracts.spec import utc_millis
 from contracts.stored import StoredEvent
 from contracts.subjects import DEFAULT_STREAM
@@ -87,8 +88,6 @@ def _sessions(
     session_id: str | None, from_file: Path | None, nats_url: str | None, stream: str
 ) -> list[list[StoredEvent]]:
     if from_file is not None:
-        if not from_file.exists():
-            fail(f"no such file: {from_file}")
         try:
             rows = rows_from_file(from_file, session_id)
         except ReplayError as exc:
@@ -136,11 +135,7 @@ def stats_command(
     """Which reminders work and which only cost tokens: per source, provider and tag."""
     if (session_id is None) == (not all_sessions):
         fail("name one SESSION or pass --all")
-    if from_file is not None and nats_flag is not None:
-        fail("give exactly one source: --nats URL or --from FILE")
-    nats_url = None if from_file is not None else given_nats(nats_flag)
-    if from_file is None and nats_url is None:
-        fail(f"give exactly one source: --nats URL (or {NATS_ENV}) or --from FILE")
+    nats_url = one_source(from_file, nats_flag)
     try:
         since_utc = None if since is None else utc_millis(since)
     except ValueError as exc:

@@ -181,18 +181,20 @@ class PostTurn(Payload):
     remaining_count: int = Field(description="Live reminders after the pass.")
 
 
+ExpiredReason = Literal["ttl", "compaction", "cleared", "deadline", "dismissed"]
+"""Why a live reminder left the session."""
+ExpiredBoundary = Literal["post_turn", "pre_compact", "clear", "deadline", "acknowledge"]
+"""Which boundary removed it."""
+
+
 class Expired(Payload):
     """A live reminder left the session."""
 
     reminder_id: str = Field(description="The reminder.")
-    reason: Literal["ttl", "compaction", "cleared", "deadline", "dismissed"] = Field(
-        description="Why."
-    )
+    reason: ExpiredReason = Field(description="Why.")
     ttl_turns_before: int | None = Field(description="Its TTL remaining before.")
     expired_at_turn: int = Field(description="The turn of the boundary.")
-    expired_at_boundary: Literal["post_turn", "pre_compact", "clear", "deadline", "acknowledge"] = (
-        Field(description="Which boundary removed it.")
-    )
+    expired_at_boundary: ExpiredBoundary = Field(description="Which boundary removed it.")
 
 
 class Dropped(Payload):

@@ -10,7 +10,7 @@ from contracts.replies import AcknowledgeReply, Reply
 from core.batch import Batch
 from core.clock import past_deadline
 from core.config import CoreConfig
-from core.deciders.common import reject
+from core.deciders.common import expire, reject
 from core.redact import redact
 
 
@@ -18,15 +18,7 @@ def expire_past_deadline(batch: Batch) -> None:
     """`expired {reason: deadline}` for every live reminder whose `expires_at` is at or
     before the command's time, before the command's own rule runs, in its batch."""
     for row in past_deadline(batch.scratch.pending, batch.context.occurred_at):
-        batch.emit(
-            ev.Expired(
-                reminder_id=row.spec.id,
-                reason="deadline",
-                ttl_turns_before=row.ttl_remaining,
-                expired_at_turn=batch.turn,
-                expired_at_boundary="deadline",
-            )
-        )
+        expire(batch, row, "deadline", "deadline")
 
 
 def check_expires_after_now(batch: Batch, expires_at: str | None) -> None:
@@ -86,15 +78,7 @@ def acknowledge(batch: Batch, command: cmd.Acknowledge, config: CoreConfig) -> R
         )
     )
     if live is not None and command.outcome == "dismissed":
-        batch.emit(
-            ev.Expired(
-                reminder_id=target,
-                reason="dismissed",
-                ttl_turns_before=live.ttl_remaining,
-                expired_at_turn=batch.turn,
-                expired_at_boundary="acknowledge",
-            )
-        )
+        expire(batch, live, "dismissed", "acknowledge")
     return AcknowledgeReply(
         session_seq=0, reminder_id=target, outcome=command.outcome, already_acknowledged=False
     )

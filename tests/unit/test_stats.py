@@ -119,3 +119,27 @@ def test_the_html_page_is_self_contained_with_a_chart() -> None:
     assert "&lt;golden&gt;" in page and "<svg" in page
     assert page.count('<g class="effect-row"') == 4
     assert 'data-outcome="acted"' in page and 'data-outcome="expired_unacknowledged"' in page
+
+
+def test_the_audit_shows_acknowledgements_deadlines_dismissals_and_what_was_held_back() -> None:
+    from replay.chart import chart
+    from replay.engine import replay
+    from replay.report import html_report, text_report
+
+    result = replay(rows_from_file(LOG))
+    drawn = chart(result.events)
+    markers = {(m.reminder_id, m.kind, m.turn) for row in drawn.rows for m in row.markers}
+    assert ("deploy-1", "deadline", 1) in markers
+    assert ("tests-1", "acknowledged", 0) in markers
+    assert ("smoke-1", "withheld", 0) in markers  # not yet due
+    assert ("cache-1", "withheld", 0) in markers  # shed by the budget
+    assert ("style-1", "withheld", 1) in markers  # muted
+    ended = {bar.reminder_id: bar.ended_by for bar in drawn.bars}
+    assert ended["smoke-1"] == "expired (dismissed)"
+    assert ended["deploy-1"] == "expired (deadline)"
+    text = text_report("golden-4", result)
+    assert "smoke-1 acknowledged as dismissed by model at turn 1: 'done already'" in text
+    assert "(shed cache-1; muted style-1; not yet due smoke-1)" in text
+    assert "deploy-1 expired: deadline at deadline of turn 1" in text
+    page = html_report("golden-4", result)
+    assert "acknowledged as acted by model" in page and "expired at its deadline" in page
