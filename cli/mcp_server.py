@@ -26,7 +26,9 @@ from services.adapters.settings import Settings
 
 INSTRUCTIONS = (
     "Reminder Ledger: event-sourced system reminders for LLM agent sessions. Inject, clear and "
-    "revoke reminders of a session, and read its state and pending injections. Errors carry "
+    "revoke reminders of a session, mute them, sanitize tool output, say whether a reminder "
+    "was acted on, ignored or should be dismissed (acknowledge_reminder), and read the "
+    "session's state and pending injections. Errors carry "
     "the ledger's code (HARN-RMD-001, unknown_reminder_id, too_many, ...) at the start."
 )
 
