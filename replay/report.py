@@ -139,6 +139,17 @@ def provider_trail(events: Iterable[ev.Event]) -> str | None:
     return "providers: " + ", ".join(parts) if parts else None
 
 
+def turn_tokens(events: Iterable[ev.Event]) -> int | None:
+    """Estimated tokens of the envelopes delivered among `events` (SPEC §12.1), or None when
+    none of them recorded a summary."""
+    counted = [
+        e.payload.summary.est_tokens
+        for e in events
+        if isinstance(e.payload, ev.Delivered) and e.payload.summary is not None
+    ]
+    return sum(counted) if counted else None
+
+
 def _by_turn(events: Iterable[ev.Event]) -> list[tuple[int, list[ev.Event]]]:
     return [(turn, list(group)) for turn, group in groupby(events, key=lambda e: e.turn)]
 
@@ -277,6 +288,12 @@ def html_report(session_id: str, result: ReplayResult) -> str:
         trail = provider_trail(group)
         if trail is not None:
             parts.append(f'<p class="provider-trail" data-turn="{turn}">{e(trail)}</p>')
+        cost = turn_tokens(group)
+        if cost is not None:
+            parts.append(
+                f'<p class="turn-tokens" data-turn="{turn}" data-tokens="{cost}">'
+                f"~{cost} tokens delivered in this turn's envelopes</p>"
+            )
         parts.append("</div>")
     parts.append('</section><section id="lives"><h2>Each reminder, from injection to expiry</h2>')
     parts.append("<table><tr><th>reminder</th><th>body</th><th>life</th></tr>")

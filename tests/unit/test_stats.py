@@ -143,3 +143,12 @@ def test_the_audit_shows_acknowledgements_deadlines_dismissals_and_what_was_held
     assert "deploy-1 expired: deadline at deadline of turn 1" in text
     page = html_report("golden-4", result)
     assert "acknowledged as acted by model" in page and "expired at its deadline" in page
+
+
+def test_the_audit_page_shows_the_tokens_of_each_turn() -> None:
+    from replay.engine import replay
+    from replay.report import html_report
+
+    page = html_report("golden-4", replay(rows_from_file(LOG)))
+    assert '<p class="turn-tokens" data-turn="0" data-tokens="147">' in page
+    assert 'data-turn="2" data-tokens="128"' in page
