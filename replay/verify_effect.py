@@ -45,10 +45,9 @@ def check_deadlines(before: SessionState, group: Sequence[ev.Event]) -> tuple[in
         (
             i
             for i, event in enumerate(group)
-            if i >= count
-            and isinstance(event.payload, ev.Expired)
-            and (event.payload.reason == "deadline")
-            != (event.payload.expired_at_boundary == "deadline")
+            if isinstance(event.payload, ev.Expired)
+            and ("deadline" in (event.payload.reason, event.payload.expired_at_boundary))
+            and (i >= count or event.payload.expired_at_boundary != "deadline")
         ),
         None,
     )

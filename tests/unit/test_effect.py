@@ -377,3 +377,15 @@ def test_the_gateway_decides_at_the_later_of_its_clock_and_the_sessions_last_tim
     assert timed(behind, session.state).occurred_at == at(9)
     ahead = behind.model_copy(update={"occurred_at": at(12)})
     assert timed(ahead, session.state) is ahead
+
+
+def test_verify_flags_a_deadline_expiry_of_a_reminder_not_past_its_deadline() -> None:
+    session = Clocked()
+    session.inject("a", expires_at=at(5))
+    session.inject("b")
+    session.ok("clear", at(1), selector={"id": "r-00002"})
+    rows = session.rows()
+    payload = rows[-1].envelope["payload"]
+    payload["reason"], payload["expired_at_boundary"] = "deadline", "deadline"
+    problem = verify(rechain(rows))
+    assert problem is not None and "deadline" in problem
