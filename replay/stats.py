@@ -103,7 +103,10 @@ class EffectReport:
 
     def add_reminder(self, reminder: _Reminder) -> None:
         for key in reminder.row_keys():
-            self.rows.setdefault(key, Counts()).add(reminder.counts)
+            counts = self.rows.get(key)
+            if counts is None:
+                counts = self.rows[key] = Counts()
+            counts.add(reminder.counts)
         self.totals.add(reminder.counts)
 
     def to_json(self) -> dict[str, Any]:
