@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import catch_up, write_path
+from bench import catch_up, effect_stats, write_path
 from bench.common import RESULTS
 from bench.providers_throughput import measure as providers_measure
 from bench.report import SCENARIOS, figures, markdown
@@ -124,6 +124,11 @@ def run(
             providers_measure(
                 n["providers_events"], n["providers_sessions"], n["providers_concurrency"]
             )
+        )
+    if "stats_all" in selected:
+        step("stats_all")
+        out["stats_all"] = effect_stats.measure(
+            n["sessions_10k"], sizes["commands_per_session_10k"]
         )
     if "projector_10k" in selected:
         step("projector_10k")

@@ -146,6 +146,18 @@ FIGURES: tuple[Figure, ...] = (
         "<=",
     ),
     Figure(
+        "stats_all",
+        "stats_all",
+        "`reminders stats --all` over a 10k-session export vs replay of every session of it",
+        "sessions/s",
+        "stats_sessions_per_s",
+        1.0,
+        "ratio",
+        ">=",
+        "replay_sessions_per_s",
+        "replay of every session, sessions/s",
+    ),
+    Figure(
         "providers_rate",
         "providers",
         "providers: runtime events/s to provider_evaluated stored",

@@ -146,6 +146,21 @@ def write_output(text: str, output: Path | None) -> None:
         fail(f"cannot write {output}: {exc.strerror}")
 
 
+def one_source(from_file: Path | None, nats_flag: str | None) -> str | None:
+    """The NATS URL to read from, or None to read `from_file` (which must exist).
+
+    A file wins over REMINDERS_NATS_URL; two sources on the command line, or none at all, are
+    refused (the log has two kinds of source, so a reader never guesses one)."""
+    if from_file is not None and nats_flag is not None:
+        fail("give exactly one source: --nats URL or --from FILE")
+    nats_url = None if from_file is not None else given_nats(nats_flag)
+    if from_file is None and nats_url is None:
+        fail(f"give exactly one source: --nats URL (or {NATS_ENV}) or --from FILE")
+    if from_file is not None and not from_file.exists():
+        fail(f"no such file: {from_file}")
+    return nats_url
+
+
 def replay_command(
     session_id: str = typer.Argument(..., help="The session to reconstruct."),
     nats_flag: str | None = nats_option(
@@ -205,16 +220,8 @@ def replay_command(
         if not runtime_events_file.exists():
             fail(f"no such file: {runtime_events_file}")
         runtime_events = runtime_events_from_file(runtime_events_file)
-    # A file wins over REMINDERS_NATS_URL; two sources on the command line, or none at all,
-    # are refused (replay has two kinds of source, so it never guesses one).
-    if from_file is not None and nats_flag is not None:
-        fail("give exactly one source: --nats URL or --from FILE")
-    nats_url = None if from_file is not None else given_nats(nats_flag)
-    if from_file is None and nats_url is None:
-        fail(f"give exactly one source: --nats URL (or {NATS_ENV}) or --from FILE")
+    nats_url = one_source(from_file, nats_flag)
     if from_file is not None:
-        if not from_file.exists():
-            fail(f"no such file: {from_file}")
         try:
             rows = rows_from_file(from_file, session_id)
         except ReplayError as exc:

@@ -234,8 +234,10 @@ def mcp_server(
 
 def _register_audit_commands() -> None:
     from cli.audit import register
+    from cli.stats import register as register_stats
 
     register(app)
+    register_stats(app)
 
 
 _register_audit_commands()

@@ -1,7 +1,9 @@
 """`reminders mcp`: the ledger as an MCP server on stdio, for any MCP host.
 
 Tools: `inject_reminder`, `clear_reminders`, `revoke_reminder` (commands, SPEC §4),
-`mute_reminders`, `unmute_reminders`, `sanitize_tool_output` (cost and control, §12) and
+`mute_reminders`, `unmute_reminders`, `sanitize_tool_output` (cost and control, §12),
+`acknowledge_reminder` (effect, §12.3: `by` defaults to `model` here, the caller of an MCP
+tool being a model) and
 `session_state`, `pending_injections` (queries, §4.10). An ok reply comes back as the tool's
 structured content (and as JSON text); an `ok: false` reply is a tool error (`isError: true`)
 whose text starts with the SPEC §2.2 code, e.g. `HARN-RMD-001: unknown option(s): colour`,
@@ -25,7 +27,9 @@ from services.adapters.settings import Settings
 
 INSTRUCTIONS = (
     "Reminder Ledger: event-sourced system reminders for LLM agent sessions. Inject, clear and "
-    "revoke reminders of a session, and read its state and pending injections. Errors carry "
+    "revoke reminders of a session, mute them, sanitize tool output, say whether a reminder "
+    "was acted on, ignored or should be dismissed (acknowledge_reminder), and read the "
+    "session's state and pending injections. Errors carry "
     "the ledger's code (HARN-RMD-001, unknown_reminder_id, too_many, ...) at the start."
 )
 
@@ -78,12 +82,15 @@ def build_server(ledger: ReminderClient) -> FastMCP:
         authority: str | None = None,
         role_hint: str | None = None,
         fired_at_turn: int | None = None,
+        not_before: str | None = None,
+        expires_at: str | None = None,
         agent_id: str | None = None,
         request_id: str | None = None,
     ) -> CallToolResult:
         """Add a reminder to a session (`inject`). Without `mode` it is pending at once; with
         `mode` (interrupt_immediate, finish_step, audit_only or an alias) it is queued until a
-        seam drains it. Other arguments are ReminderSpec fields (SPEC §2)."""
+        seam drains it. Other arguments are ReminderSpec fields (SPEC §2); not_before and
+        expires_at are RFC 3339 times (any offset)."""
         reminder = _given(
             body=body,
             id=id,
@@ -95,6 +102,8 @@ def build_server(ledger: ReminderClient) -> FastMCP:
             authority=authority,
             role_hint=role_hint,
             fired_at_turn=fired_at_turn,
+            not_before=not_before,
+            expires_at=expires_at,
         )
         payload = _given(session_id=session_id, mode=mode, agent_id=agent_id, request_id=request_id)
         return await ask("inject", {**payload, "reminder": reminder})
@@ -159,6 +168,33 @@ def build_server(ledger: ReminderClient) -> FastMCP:
         §12.5): returns the text and how many tags were neutralized."""
         return await ask(
             "sanitize", _given(session_id=session_id, text=text, turn=turn, tool_name=tool_name)
+        )
+
+    @server.tool()
+    async def acknowledge_reminder(
+        session_id: str,
+        reminder_id: str,
+        turn: int,
+        outcome: str,
+        by: str = "model",
+        note: str | None = None,
+        request_id: str | None = None,
+    ) -> CallToolResult:
+        """Say what became of a reminder (`acknowledge`, SPEC §12.3): outcome acted (you did
+        what it asked), ignored (it had no effect) or dismissed (it should go: it is removed).
+        by is model (default), host or operator; note at most 256 characters. A repeat of the
+        same outcome answers already_acknowledged: true and records nothing."""
+        return await ask(
+            "acknowledge",
+            _given(
+                session_id=session_id,
+                reminder_id=reminder_id,
+                turn=turn,
+                outcome=outcome,
+                by=by,
+                note=note,
+                request_id=request_id,
+            ),
         )
 
     @server.tool()

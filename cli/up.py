@@ -27,6 +27,7 @@ from cli.demo import (
     print_provider_trail,
     print_step,
 )
+from cli.effect_demo import run_effect_demo
 from cli.embedded import EmbeddedNats
 from cli.provision import provision_all
 from cli.supervisor import (
@@ -239,6 +240,7 @@ async def run_demo_on_bus(settings: Settings, console: Console) -> list[dict[str
             state = await client.call("state", {"session_id": session_id, "timeout_ms": 10000})
             pending = await client.call("pending_injections", {"session_id": session_id})
             print_projection(console, session_id, state["state"], pending)
+        await run_effect_demo(nc, client, console, session, settings.stream)
         console.print(
             f"replay it: [bold]reminders replay {session} --nats {settings.nats_url} "
             "--format text[/bold]",

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.errors import ErrorCode, ReminderError, WarningBody
-from contracts.events import EvaluationReason, MuteSelector
+from contracts.events import AckBy, AckOutcome, EvaluationReason, MuteSelector
 from contracts.spec import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_WIRE_INT,
@@ -215,6 +215,23 @@ class Sanitize(Command):
     tool_name: Identifier | None = Field(default=None, description="The tool it came from.")
 
 
+#: Bound on an acknowledgement's `note` in characters (SPEC §12.3).
+MAX_NOTE_CHARS = 256
+
+
+class Acknowledge(Command):
+    """Say what became of a reminder: acted on, ignored, or dismissed (SPEC §12.3)."""
+
+    op: ClassVar[str] = "acknowledge"
+    reminder_id: Identifier = Field(description="The reminder acknowledged.")
+    turn: Turn = Field(description="The host's current turn.")
+    outcome: AckOutcome = Field(description="`acted`, `ignored` or `dismissed`.")
+    by: AckBy = Field(default="host", description="`host` (default), `model` or `operator`.")
+    note: Annotated[str, Field(max_length=MAX_NOTE_CHARS), AfterValidator(_check_text)] | None = (
+        Field(default=None, description="At most 256 characters; redacted like bodies.")
+    )
+
+
 class Forget(Command):
     """Purge a session from the log (operator only, SPEC §4.11)."""
 
@@ -312,6 +329,7 @@ DECIDED_COMMANDS: tuple[type[Command], ...] = (
     Mute,
     Unmute,
     Sanitize,
+    Acknowledge,
 )
 _ALL_COMMANDS: tuple[type[Command], ...] = (
     *DECIDED_COMMANDS,
@@ -470,4 +488,7 @@ def parse_command(
 _FIELD_CODES: dict[str, ErrorCode] = {
     "max_tokens": ErrorCode.INVALID_OPTION,
     "until_turn": ErrorCode.INVALID_OPTION,
+    "outcome": ErrorCode.INVALID_OPTION,
+    "by": ErrorCode.INVALID_OPTION,
+    "note": ErrorCode.INVALID_OPTION,
 }

@@ -40,7 +40,13 @@ EventKind = Literal[
     "muted",
     "unmuted",
     "forged_directive_neutralized",
+    "acknowledged",
 ]
+
+AckOutcome = Literal["acted", "ignored", "dismissed"]
+"""What became of a reminder (SPEC §12.3)."""
+AckBy = Literal["host", "model", "operator"]
+"""Who acknowledged it (SPEC §12.3)."""
 
 
 class Payload(BaseModel):
@@ -175,20 +181,20 @@ class PostTurn(Payload):
     remaining_count: int = Field(description="Live reminders after the pass.")
 
 
+ExpiredReason = Literal["ttl", "compaction", "cleared", "deadline", "dismissed"]
+"""Why a live reminder left the session."""
+ExpiredBoundary = Literal["post_turn", "pre_compact", "clear", "deadline", "acknowledge"]
+"""Which boundary removed it."""
+
+
 class Expired(Payload):
     """A live reminder left the session."""
 
     reminder_id: str = Field(description="The reminder.")
-    reason: Literal["ttl", "compaction", "cleared", "deadline", "dismissed"] = Field(
-        description="Why."
-    )
+    reason: ExpiredReason = Field(description="Why.")
     ttl_turns_before: int | None = Field(description="Its TTL remaining before.")
     expired_at_turn: int = Field(description="The turn of the boundary.")
-    expired_at_boundary: Literal[
-        "post_turn", "pre_compact", "clear", "deadline", "acknowledge"
-    ] = Field(
-        description="Which boundary removed it."
-    )
+    expired_at_boundary: ExpiredBoundary = Field(description="Which boundary removed it.")
 
 
 class Dropped(Payload):
@@ -322,6 +328,22 @@ class ForgedDirectiveNeutralized(Payload):
     input_sha256: str = Field(description="SHA-256 hex of the UTF-8 input text.")
 
 
+class Acknowledged(Redacting):
+    """Someone said what became of a reminder (SPEC §12.3); `dismissed` also removes it
+    (an `expired {reason: dismissed}` in the same batch)."""
+
+    reminder_id: str = Field(description="The reminder acknowledged.")
+    turn_number: int = Field(description="The acknowledgement's turn.")
+    outcome: AckOutcome = Field(
+        description="`acted` (it did what it asked), `ignored` (delivered, no effect) or "
+        "`dismissed` (asked to go)."
+    )
+    by: AckBy = Field(description="Who acknowledged it: `host`, `model` or `operator`.")
+    note: str | None = Field(
+        description="A free note of at most 256 characters (redacted like bodies), or null."
+    )
+
+
 AnyPayload = (
     Queued
     | Injected
@@ -340,6 +362,7 @@ AnyPayload = (
     | Muted
     | Unmuted
     | ForgedDirectiveNeutralized
+    | Acknowledged
 )
 
 
@@ -362,6 +385,7 @@ KIND_OF: dict[type[Payload], EventKind] = {
     Muted: "muted",
     Unmuted: "unmuted",
     ForgedDirectiveNeutralized: "forged_directive_neutralized",
+    Acknowledged: "acknowledged",
 }
 PAYLOADS: dict[str, type[Payload]] = {kind: model for model, kind in KIND_OF.items()}
 

@@ -139,6 +139,16 @@ class SanitizeReply(Reply):
     )
 
 
+class AcknowledgeReply(Reply):
+    """Reply to acknowledge (SPEC §12.3)."""
+
+    reminder_id: str = Field(description="The reminder acknowledged.")
+    outcome: str = Field(description="The outcome recorded.")
+    already_acknowledged: bool = Field(
+        description="True when the same outcome was recorded before: nothing was appended."
+    )
+
+
 class EndTurnReply(Reply):
     """Reply to end_turn."""
 

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from contracts.errors import ErrorCode, ReminderError, WarningBody
 
@@ -44,6 +53,39 @@ def is_utf8_encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+#: RFC 3339 date-time (SPEC §12.4): any offset, an optional fraction, `T`/`Z` in any case.
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def utc_millis(value: str) -> str:
+    """An RFC 3339 time with any offset as the log stores times: UTC, milliseconds, `Z`
+    (`2026-11-29T15:04:05.123Z`, like `occurred_at`). Digits past the millisecond are cut
+    (never rounded up, so a deadline never moves later). Raises ValueError otherwise.
+
+    Stored times have one width, so comparing them as strings compares them as times."""
+    if not _RFC3339.match(value):
+        raise ValueError("must be an RFC 3339 time such as 2026-11-29T15:04:05Z")
+    head, _, rest = value.upper().partition(".")
+    fraction = ""
+    if rest:
+        digits = re.match(r"\d+", rest)
+        assert digits is not None
+        fraction = digits.group(0)
+        head += rest[len(fraction) :]
+    try:
+        moment = datetime.fromisoformat(head).astimezone(UTC)
+    except ValueError:
+        raise ValueError("must be a valid RFC 3339 time (a real date and time)") from None
+    if not 1 <= moment.year <= 9999:
+        raise ValueError("must fall within the years 0001-9999 in UTC")
+    millis = (fraction + "000")[:3]
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{millis}Z"
+
+
+def _omit_none(value: object) -> bool:
+    return value is None
 
 
 class ReminderSpec(BaseModel):
@@ -88,6 +130,34 @@ class ReminderSpec(BaseModel):
     originating_agent_id: str | None = Field(
         default=None, min_length=1, max_length=256, description="Kept from the first emitter."
     )
+    not_before: str | None = Field(
+        default=None,
+        exclude_if=_omit_none,
+        description="Not rendered at a command whose time is earlier (SPEC §12.4); RFC 3339, "
+        "stored in UTC with milliseconds; absent when unset.",
+    )
+    expires_at: str | None = Field(
+        default=None,
+        exclude_if=_omit_none,
+        description="Expires at the first command of the session whose time is at or past it "
+        "(SPEC §12.4); after `not_before`; RFC 3339, stored in UTC; absent when unset.",
+    )
+
+    @field_validator("not_before")
+    @classmethod
+    def _not_before_utc(cls, value: str | None) -> str | None:
+        return None if value is None else utc_millis(value)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expires_after_not_before(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        value = utc_millis(value)
+        not_before = info.data.get("not_before")
+        if isinstance(not_before, str) and value <= not_before:
+            raise ValueError("must be later than not_before")
+        return value
 
     @field_validator("body")
     @classmethod

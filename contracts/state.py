@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.events import MuteSelector
+from contracts.events import AckOutcome, MuteSelector
 from contracts.spec import DeliveryMode, ResolvedSpec
 
 #: Envelopes kept in full in `delivered`; older ones keep only their digest (§6.2).
@@ -164,4 +164,23 @@ class SessionState(StateModel):
         exclude_if=lambda value: not value,
         description="Mutes in force, oldest first (absent when none, so states without "
         "mutes keep their bytes).",
+    )
+    last_occurred_at: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="`occurred_at` of the last applied event: a command's time is never "
+        "earlier (SPEC §12.4) (absent before the first event).",
+    )
+    fired_ids: list[str] = Field(
+        default_factory=list,
+        exclude_if=lambda value: not value,
+        description="Every reminder id fired (delivered) at least once, in first-delivery "
+        "order: what `acknowledge` `acted`/`ignored` needs (SPEC §12.3), known after the "
+        "reminder expired or a compaction cleared the history (absent when none).",
+    )
+    acknowledged: dict[str, list[AckOutcome]] = Field(
+        default_factory=dict,
+        exclude_if=lambda value: not value,
+        description="Per reminder id, the outcomes acknowledged, in order: a repeat of one "
+        "is a no-op (SPEC §12.3) (absent when none).",
     )

@@ -102,9 +102,10 @@ class Batch:
             delivered_rows=len(scratch.delivered),
             delivered_ids=len(scratch.seen_ids),
             replies=len(scratch.recent_replies),
-            history_ids=len(scratch.seen_ids) + len(scratch.revoked_ids),
+            history_ids=len(scratch.seen_ids) + len(scratch.revoked_ids) + len(scratch.fired_ids),
             inherited=len(scratch.inherited_from),
             mutes=len(scratch.mutes),
+            acknowledged=len(scratch.acknowledged),
         )
         return bound + remembered_bytes + _STATE_SLACK <= config.max_payload_bytes
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from contracts.events import RenderSummary
 from contracts.state import ActiveMute, PendingRow
 from core import render as rn
+from core.clock import not_yet_due
 from core.rules import mute_matches, renderable
 
 #: The estimator every new render records (SPEC §12.1): UTF-8 bytes divided by 4, rounded up.
@@ -63,6 +64,14 @@ NotYet = Callable[[PendingRow], bool]
 
 def _never(_: PendingRow) -> bool:
     return False
+
+
+def not_yet_at(pending: Sequence[PendingRow], now: str | None) -> NotYet:
+    """The `not_before` predicate of a render at time `now` (None: no time known, nothing is
+    held back); the cheap `_never` when no live reminder has a `not_before`."""
+    if now is None or all(row.spec.not_before is None for row in pending):
+        return _never
+    return lambda row: not_yet_due(row, now)
 
 
 @dataclass(frozen=True)

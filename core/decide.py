@@ -20,7 +20,7 @@ from core import render as rn
 from core import rules
 from core.batch import Batch, Decision
 from core.config import CommandContext, CoreConfig
-from core.deciders import control, envelope, evaluate, handoff, reminders, turns
+from core.deciders import control, effect, envelope, evaluate, handoff, reminders, turns
 from core.deciders.common import reject
 from core.sanitize import neutralize
 from core.size import fits, json_bytes, replies_always_fit
@@ -42,6 +42,7 @@ DECIDERS: dict[type[cmd.Command], Decider] = {
     cmd.Mute: control.mute,
     cmd.Unmute: control.unmute,
     cmd.Sanitize: control.sanitize,
+    cmd.Acknowledge: effect.acknowledge,
 }
 
 
@@ -117,6 +118,8 @@ def decide(
         command_id=command_id,
     )
     try:
+        # Every command first expires what is past its deadline, in its own batch (§12.4).
+        effect.expire_past_deadline(batch)
         reply = decider(batch, command, config)
     except ReminderError as exc:
         return _error(exc)

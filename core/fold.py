@@ -13,6 +13,7 @@ from typing import Any, TypeVar, get_origin
 from pydantic import BaseModel
 
 from contracts import events as ev
+from contracts.events import AckOutcome
 from contracts.state import (
     FULL_ENVELOPE_TEXT_BYTES,
     FULL_ENVELOPES_KEPT,
@@ -96,13 +97,18 @@ class Scratch:
     chain_head: str
     providers: ProvidersState | None
     mutes: list[ActiveMute]
+    last_occurred_at: str | None
+    fired_ids: list[str]
+    acknowledged: dict[str, list[AckOutcome]]
     _seen: set[str] = field(default_factory=set, repr=False)
+    _fired: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
     def thaw(cls, state: SessionState) -> Scratch:
         """A scratch copy whose lists can be changed without touching `state`."""
         scratch = cls(**_copy_containers(state.__dict__.copy()))
         scratch._seen = set(state.seen_ids)
+        scratch._fired = set(state.fired_ids)
         return scratch
 
     def freeze(self) -> SessionState:
@@ -172,6 +178,9 @@ def _revoked(s: Scratch, p: ev.Revoked, _: ev.Event) -> None:
 
 
 def _fired(s: Scratch, p: ev.Fired, _: ev.Event) -> None:
+    if p.reminder_id not in s._fired:
+        s._fired.add(p.reminder_id)
+        s.fired_ids.append(p.reminder_id)
     s.pending = [
         row.model_copy(update={"delivered": True, "delivered_at_turn": p.turn_number})
         if row.spec.id == p.reminder_id
@@ -306,6 +315,11 @@ def _forged_directive_neutralized(
     """A record of a sanitize that escaped tags; the text was never stored."""
 
 
+def _acknowledged(s: Scratch, p: ev.Acknowledged, _: ev.Event) -> None:
+    """Remember the outcome; a `dismissed` one's removal is its own `expired` event."""
+    s.acknowledged[p.reminder_id] = [*s.acknowledged.get(p.reminder_id, []), p.outcome]
+
+
 Handler = Callable[[Scratch, Any, ev.Event], None]
 
 #: One handler per event kind; a unit test checks none is missing.
@@ -327,6 +341,7 @@ FOLD_HANDLERS: dict[str, Handler] = {
     "muted": _muted,
     "unmuted": _unmuted,
     "forged_directive_neutralized": _forged_directive_neutralized,
+    "acknowledged": _acknowledged,
 }
 
 
@@ -338,6 +353,7 @@ def apply_event(scratch: Scratch, event: ev.Event, stream_seq: int | None = None
     scratch.turn = max(scratch.turn, event.turn)
     scratch.counters[event.kind] = scratch.counters.get(event.kind, 0) + 1
     scratch.chain_head = event.chain
+    scratch.last_occurred_at = event.occurred_at
     if stream_seq is not None:
         scratch.stream_seq = stream_seq
     if event.request_id is not None and event.reply is not None:

@@ -283,6 +283,7 @@ _REPLY_KEYS: tuple[tuple[str, str], ...] = (
     ("propagated_ids", "handoff"),
     ("inherited_ids", "inherit"),
     ("evaluated_count", "evaluate"),
+    ("already_acknowledged", "acknowledge"),
 )
 
 

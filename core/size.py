@@ -12,7 +12,8 @@ whatever sequence of accepted commands led there. Two things guarantee it:
 - `decide` measures what it is about to emit (each event, the reply, the state after the
   command) and answers `too_large` instead of emitting anything that would not fit: that
   covers what only a long history grows (the ids in `seen_ids`, `revoked_ids`,
-  `inherited_from` and the digests of old envelopes) and any combination `worst_case`
+  `fired_ids`, `inherited_from`, the `acknowledged` outcomes and the digests of old
+  envelopes) and any combination `worst_case`
   cannot see, such as a `handoff` or an `inherit` with more than a payload's worth of specs.
 
 "Stored bytes" of a text is the UTF-8 length of its JSON string without the quotes, the form
@@ -68,6 +69,8 @@ def _skeleton_bytes() -> int:
         id="",
         fired_at_turn=MAX_WIRE_INT,
         originating_agent_id="",
+        not_before="2026-11-29T15:04:05.123Z",
+        expires_at="2026-11-29T15:04:05.123Z",
     )
     return json_bytes(spec.model_dump(mode="json"))
 
@@ -93,13 +96,16 @@ _REMINDER_ID = 128 * ID_CHAR_BYTES + 2
 _ENVELOPE = 400 + 5 * _IDENT
 #: Small reply fields (ok, session_seq, counts, a status, the HARN-RMD-004 warning).
 _REPLY_BASE = 1024
-#: Fixed state fields: session id, chain head, nonce, counters of every kind, degraded mark.
-_STATE_BASE = 2048 + _IDENT
+#: Fixed state fields: session id, chain head, nonce, counters of every kind, degraded mark,
+#: the last recorded time.
+_STATE_BASE = 2048 + 64 + _IDENT
 #: A render summary apart from its id lists (and a reply's `dropped` rows' keys).
 _SUMMARY = 1024
 #: An active mute in the state: its id, until_turn and a selector at its longest (a tag
 #: and a provider id of 128 characters, a dedupe key of 256, a source).
 _MUTE = 200 + _REMINDER_ID + (128 + 128 + 256) * ID_CHAR_BYTES
+#: An acknowledged reminder in the state apart from its id: its three outcomes at most.
+_ACK = 48
 #: A pending or queued row apart from its spec; a delivered row apart from text and ids.
 _ROW = 160
 
@@ -120,7 +126,8 @@ class WorstCase:
 def worst_case(config: CoreConfig) -> WorstCase:
     """How large an event, a reply and a state can get under `config` (SPEC §4.1.1).
 
-    What only history grows (seen, revoked and inherited ids; digests of old envelopes) and
+    What only history grows (seen, revoked, fired and inherited ids; acknowledged outcomes;
+    digests of old envelopes) and
     the size of a handoff's or inherit's specs are not bounded by a rule: `decide` measures
     those and answers `too_large` (see the module docstring).
     """
@@ -161,6 +168,7 @@ def state_upper_bound(
     history_ids: int,
     inherited: int,
     mutes: int = 0,
+    acknowledged: int = 0,
 ) -> int:
     """An upper bound of a state's stored size from counts alone (cheap on the hot path).
 
@@ -168,8 +176,8 @@ def state_upper_bound(
     envelopes and digests holding at most `delivered_ids` directive ids (their full texts
     within what the fold keeps); `replies` remembered replies (their bodies within
     `RECENT_REPLIES_BYTES`);
-    `history_ids` seen and revoked reminder ids; `inherited` applied handoff ids; `mutes`
-    active mutes. When it is
+    `history_ids` seen, revoked and fired reminder ids; `inherited` applied handoff ids;
+    `mutes` active mutes; `acknowledged` acknowledged reminders. When it is
     within `max_payload_bytes`, `decide` need not serialise the state to know it fits;
     providers' latches are not counted (a session holding them is measured).
     """
@@ -186,6 +194,7 @@ def state_upper_bound(
         + history_ids * reminder_id
         + inherited * (_IDENT + 1)
         + mutes * _MUTE
+        + acknowledged * (reminder_id + _ACK)
     )
 
 

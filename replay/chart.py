@@ -41,6 +41,9 @@ MarkerKind = Literal[
     "handed_off",
     "provider_evaluated",
     "envelope",
+    "withheld",
+    "deadline",
+    "acknowledged",
 ]
 
 #: Marker kinds in legend order.
@@ -56,6 +59,9 @@ MARKER_KINDS: Final[tuple[MarkerKind, ...]] = (
     "handed_off",
     "provider_evaluated",
     "envelope",
+    "withheld",
+    "deadline",
+    "acknowledged",
 )
 
 AUTHORITIES: Final[tuple[Authority, ...]] = ("contract", "corrective", "advisory")
@@ -234,6 +240,19 @@ class _Lanes:
             self.providers.append(Marker("provider_evaluated", turn, seq, what, fired=p.fired))
 
 
+def _mark_held_back(
+    summary: ev.RenderSummary, event: ev.Event, turn: int, row: Callable[[str], _RowBuilder]
+) -> None:
+    """A `withheld` marker on each reminder a render held back, saying why (SPEC §12.1)."""
+    for reason, ids in (
+        ("shed by the budget", summary.shed_ids),
+        ("muted", summary.muted_ids),
+        ("not yet due", summary.not_yet_ids),
+    ):
+        for reminder_id in ids:
+            row(reminder_id).mark("withheld", event, turn, f" ({reason})")
+
+
 def _add_to_rows(event: ev.Event, turn: int, row: Callable[[str], _RowBuilder]) -> None:
     """What one event does to the rows of the reminders it names."""
     p = event.payload
@@ -262,7 +281,15 @@ def _add_to_rows(event: ev.Event, turn: int, row: Callable[[str], _RowBuilder]) 
     elif isinstance(p, ev.Delivered):
         for directive in p.directive_ids:
             row(directive).mark("delivered", event, turn)
+        if p.summary is not None:
+            _mark_held_back(p.summary, event, turn, row)
+    elif isinstance(p, ev.Withheld):
+        _mark_held_back(p.summary, event, turn, row)
+    elif isinstance(p, ev.Acknowledged):
+        row(p.reminder_id).mark("acknowledged", event, turn, f" as {p.outcome} by {p.by}")
     elif isinstance(p, ev.Expired):
+        if p.reason == "deadline":
+            row(p.reminder_id).mark("deadline", event, turn, ", its expires_at passed")
         row(p.reminder_id).close(event, f"expired ({p.reason})", turn)
     elif isinstance(p, ev.Dropped):
         row(p.reminder_id).mark("dropped", event, turn, f" ({p.reason}, {p.code})")

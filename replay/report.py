@@ -21,9 +21,36 @@ def _short(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _describe_control(p: ev.Payload) -> str | None:
+    """The cost, control and effect events (SPEC §12), or None for another kind."""
+    if isinstance(p, ev.Withheld):
+        return f"render at turn {p.turn_number} delivered nothing: {_cost(p.summary)}"
+    if isinstance(p, ev.Muted):
+        until = f"until turn {p.until_turn}" if p.until_turn is not None else "until unmuted"
+        selector = ", ".join(f"{k} {v}" for k, v in p.selector.model_dump().items())
+        return f"mute {p.mute_id} ({selector}) {until}"
+    if isinstance(p, ev.Unmuted):
+        return f"mute {p.mute_id} ended"
+    if isinstance(p, ev.ForgedDirectiveNeutralized):
+        tool = f" from {p.tool_name}" if p.tool_name else ""
+        return (
+            f"{p.count} forged directive tag(s) neutralized in a tool result{tool} "
+            f"(input sha256 {p.input_sha256[:12]})"
+        )
+    if isinstance(p, ev.Acknowledged):
+        note = f": {_short(p.note)!r}" if p.note else ""
+        return (
+            f"{p.reminder_id} acknowledged as {p.outcome} by {p.by} at turn {p.turn_number}{note}"
+        )
+    return None
+
+
 def describe(event: ev.Event) -> str:
     """One line saying what an event records and why."""
     p = event.payload
+    control = _describe_control(p)
+    if control is not None:
+        return control
     if isinstance(p, ev.Queued):
         return (
             f"{p.reminder.id} queued at position {p.position} for {p.mode}: "
@@ -35,6 +62,10 @@ def describe(event: ev.Event) -> str:
             flags.append(f"key {p.dedupe_key}")
         if p.audit_only:
             flags.append("audit only")
+        if p.reminder.not_before:
+            flags.append(f"not before {p.reminder.not_before}")
+        if p.reminder.expires_at:
+            flags.append(f"expires at {p.reminder.expires_at}")
         return f"{p.reminder_id} injected ({', '.join(flags)}): {_short(p.reminder.body)!r}"
     if isinstance(p, ev.Deduped):
         return f"{p.reminder_id} replaced {', '.join(p.replaced_ids)} (same key {p.dedupe_key})"
@@ -48,20 +79,6 @@ def describe(event: ev.Event) -> str:
         return (
             f"envelope delivered at turn {p.turn_number}: {len(p.directive_ids)} directive(s), "
             f"{p.format}, speaker {p.speaker}, sha256 {p.text_sha256[:12]}{cost}"
-        )
-    if isinstance(p, ev.Withheld):
-        return f"nothing delivered at turn {p.turn_number}: {_cost(p.summary)}"
-    if isinstance(p, ev.Muted):
-        until = f" until turn {p.until_turn}" if p.until_turn is not None else ""
-        given = ", ".join(f"{k} {v}" for k, v in p.selector.model_dump(exclude_none=True).items())
-        return f"mute {p.mute_id} began ({given}){until}"
-    if isinstance(p, ev.Unmuted):
-        return f"mute {p.mute_id} ended"
-    if isinstance(p, ev.ForgedDirectiveNeutralized):
-        tool = f" from {p.tool_name}" if p.tool_name else ""
-        return (
-            f"{p.count} forged directive tag(s) neutralized in tool output{tool} "
-            f"(input sha256 {p.input_sha256[:12]})"
         )
     if isinstance(p, ev.PostTurn):
         return (
@@ -122,6 +139,17 @@ def provider_trail(events: Iterable[ev.Event]) -> str | None:
     return "providers: " + ", ".join(parts) if parts else None
 
 
+def turn_tokens(events: Iterable[ev.Event]) -> int | None:
+    """Estimated tokens of the envelopes delivered among `events` (SPEC §12.1), or None when
+    none of them recorded a summary."""
+    counted = [
+        e.payload.summary.est_tokens
+        for e in events
+        if isinstance(e.payload, ev.Delivered) and e.payload.summary is not None
+    ]
+    return sum(counted) if counted else None
+
+
 def _by_turn(events: Iterable[ev.Event]) -> list[tuple[int, list[ev.Event]]]:
     return [(turn, list(group)) for turn, group in groupby(events, key=lambda e: e.turn)]
 
@@ -178,6 +206,8 @@ def lives(events: Iterable[ev.Event]) -> list[Life]:
             life(p.reminder_id).steps.append(f"{where}: delivered at turn {p.turn_number}")
         elif isinstance(p, ev.Expired):
             life(p.reminder_id).steps.append(f"{where}: expired ({p.reason})")
+        elif isinstance(p, ev.Acknowledged):
+            life(p.reminder_id).steps.append(f"{where}: acknowledged as {p.outcome} by {p.by}")
         elif isinstance(p, ev.Deduped):
             for replaced in p.replaced_ids:
                 life(replaced).steps.append(f"{where}: replaced by {p.reminder_id}")
@@ -258,6 +288,12 @@ def html_report(session_id: str, result: ReplayResult) -> str:
         trail = provider_trail(group)
         if trail is not None:
             parts.append(f'<p class="provider-trail" data-turn="{turn}">{e(trail)}</p>')
+        cost = turn_tokens(group)
+        if cost is not None:
+            parts.append(
+                f'<p class="turn-tokens" data-turn="{turn}" data-tokens="{cost}">'
+                f"~{cost} tokens delivered in this turn's envelopes</p>"
+            )
         parts.append("</div>")
     parts.append('</section><section id="lives"><h2>Each reminder, from injection to expiry</h2>')
     parts.append("<table><tr><th>reminder</th><th>body</th><th>life</th></tr>")

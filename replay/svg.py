@@ -5,7 +5,7 @@ attributes and text uses the generic `sans-serif` and `monospace` families, so t
 the same pasted alone into a file. Every bar and marker is a `<g>` whose `<title>` names
 the reminder id and the event kind (never a body), with `data-*` attributes saying which
 row, turn and kind it is, so tests can read the drawing back. Each row is labelled with what
-the reminder says (`Row.label`: its tags or key and the first words of its body) and its id
+the reminder says (`ReminderTimeline.label`: its tags or key and the first words of its body) and its id
 is the label's tooltip. Coordinates are computed from the chart alone: the same log gives
 the same bytes.
 
@@ -62,6 +62,9 @@ MARKER_LABELS: Final[dict[MarkerKind, str]] = {
     "handed_off": "handed off to a child",
     "provider_evaluated": "provider evaluated",
     "envelope": "envelope (link to its text)",
+    "withheld": "held back (shed, muted, not yet due)",
+    "deadline": "expired at its deadline",
+    "acknowledged": "acknowledged (acted, ignored, dismissed)",
 }
 
 _WHITE: Final = 'stroke="#ffffff" stroke-width="0.8"'
@@ -120,6 +123,21 @@ def _shape(kind: MarkerKind, x: float, y: float, fired: bool | None = None) -> s
             [(x - 4.5, y - 5.5), (x + 5.5, y), (x - 4.5, y + 5.5)],
             "#ffffff",
             'stroke="#00796b" stroke-width="1.5"',
+        )
+    if kind == "withheld":
+        return _circle(
+            x, y, "#ffffff", 'stroke="#9e9e9e" stroke-width="1.5" stroke-dasharray="2,1.5"'
+        )
+    if kind == "deadline":
+        return _path(
+            [(x - 5, y - 5), (x + 5, y - 5), (x - 5, y + 5), (x + 5, y + 5)],
+            "#ffffff",
+            'stroke="#c62828" stroke-width="1.5"',
+        )
+    if kind == "acknowledged":
+        return (
+            f'<path d="M{_n(x - 5)},{_n(y)} L{_n(x - 1.5)},{_n(y + 4)} L{_n(x + 5.5)},{_n(y - 5)}" '
+            'fill="none" stroke="#2e7d32" stroke-width="2.5"/>'
         )
     if kind == "provider_evaluated":
         if fired:

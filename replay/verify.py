@@ -29,13 +29,20 @@ from contracts.state import PendingRow, SessionState
 from contracts.stored import StoredEvent
 from core import CommandContext, decide, fold_all, rules
 from core.canonical import links, sha256_hex
-from core.cost import ESTIMATORS, eligible, shed_to_budget, summary_of, withholds
+from core.cost import ESTIMATORS, eligible, not_yet_at, shed_to_budget, summary_of, withholds
 from core.deciders.envelope import spoofing_split
 from core.fold import Scratch, apply_event
 from core.providers import ProvidersConfig, default_config, evaluate_event
 from core.redact import markers, redact
 from core.render import Format, envelope_text, is_spoofing, render_candidates, speaker_for
 from replay.engine import decode_rows
+from replay.verify_effect import (
+    check_acknowledged,
+    check_clock,
+    check_deadlines,
+    check_dismissed,
+    deadline_prefix,
+)
 
 
 def _name(row: StoredEvent) -> str:
@@ -105,6 +112,7 @@ def _check_redactions(body: str, redactions: int) -> str | None:
 
 def _check_plan(
     before: SessionState,
+    now: str,
     turn: int,
     fmt: Format,
     summary: ev.RenderSummary,
@@ -117,7 +125,7 @@ def _check_plan(
     kept plus shed is the capped list the budget was applied to."""
     if summary.estimator not in ESTIMATORS:
         return f"unknown token estimator {summary.estimator!r}"
-    held = eligible(before.pending, turn, before.mutes)
+    held = eligible(before.pending, turn, before.mutes, not_yet_at(before.pending, now))
     if (held.muted_ids, held.not_yet_ids) != (summary.muted_ids, summary.not_yet_ids):
         return "the mutes held back other reminders than the current rules do"
     candidates, dropped = held.candidates, list[PendingRow]()
@@ -167,7 +175,13 @@ def _check_delivered(
 
     if payload.summary is not None:
         problem = _check_plan(
-            before, payload.turn_number, payload.format, payload.summary, fired, text_of
+            before,
+            event.occurred_at,
+            payload.turn_number,
+            payload.format,
+            payload.summary,
+            fired,
+            text_of,
         )
         if problem is not None:
             return problem
@@ -189,7 +203,7 @@ def _check_delivered(
 
 
 def _check_withheld(
-    before: SessionState, group: list[ev.Event], payload: ev.Withheld
+    before: SessionState, group: list[ev.Event], event: ev.Event, payload: ev.Withheld
 ) -> str | None:
     """A render that delivered nothing: what it held back, re-derived. Its envelope text is
     not recorded (nothing was rendered), so a budget that shed everything is checked by
@@ -199,7 +213,12 @@ def _check_withheld(
     summary = payload.summary
     if not withholds(summary) or summary.directives or summary.over_budget:
         return "withheld although nothing eligible was held back"
-    held = eligible(before.pending, payload.turn_number, before.mutes)
+    held = eligible(
+        before.pending,
+        payload.turn_number,
+        before.mutes,
+        not_yet_at(before.pending, event.occurred_at),
+    )
     if (held.muted_ids, held.not_yet_ids) != (summary.muted_ids, summary.not_yet_ids):
         return "the mutes held back other reminders than the current rules do"
     candidates, dropped = spoofing_split(held.candidates)
@@ -259,9 +278,13 @@ def _check_event(
     elif isinstance(payload, ev.Delivered):
         return _check_delivered(before, scratch, group, event)
     elif isinstance(payload, ev.Withheld):
-        return _check_withheld(before, group, payload)
+        return _check_withheld(before, group, event, payload)
     elif isinstance(payload, ev.Muted | ev.Unmuted):
         return _check_mute(before, scratch, group, event)
+    elif isinstance(payload, ev.Acknowledged):
+        return check_acknowledged(before, group, payload)
+    elif isinstance(payload, ev.Expired) and payload.reason == "dismissed":
+        return check_dismissed(group, payload)
     elif isinstance(payload, ev.ForgedDirectiveNeutralized):
         return _check_neutralized(group, event, payload)
     elif isinstance(payload, ev.Dropped):
@@ -370,10 +393,23 @@ def verify(rows: Sequence[StoredEvent]) -> str | None:
     if broken is not None:
         return broken
     events = decode_rows(rows)
+    backwards = check_clock(events)
+    if backwards is not None:
+        return f"{_name(rows[backwards[0]])}: {backwards[1]}"
     state = SessionState()
     position = 0
     for _, grouped in groupby(events, key=lambda event: event.command_id):
         group = list(grouped)
+        late = check_deadlines(state, group)
+        if late is not None:
+            index = min(position + late[0], len(rows) - 1)
+            return f"{_name(rows[index])}: {late[1]}"
+        # The command's own rule ran on the state after its deadline pass (SPEC §12.4).
+        passed = deadline_prefix(group)
+        if passed:
+            state = fold_all(state, group[:passed])
+            position += passed
+            group = group[passed:]
         scratch = Scratch.thaw(state)
         for event in group:
             problem = _check_event(state, scratch, group, event)

@@ -8,7 +8,7 @@ from typing import Any
 from contracts import events as ev
 from contracts.errors import ErrorCode, ReminderError
 from contracts.spec import ReminderSpec, ResolvedSpec
-from contracts.state import SessionState
+from contracts.state import PendingRow, SessionState
 from core import rules
 from core.batch import Batch
 from core.config import CoreConfig
@@ -71,6 +71,24 @@ def check_budget(batch: Batch, spec: ResolvedSpec, config: CoreConfig, *, replac
             budget_bytes=config.max_session_bytes,
             used_bytes=used,
         )
+
+
+def expire(
+    batch: Batch,
+    row: PendingRow,
+    reason: ev.ExpiredReason,
+    boundary: ev.ExpiredBoundary,
+) -> None:
+    """`expired` for a live reminder, at the command's turn."""
+    batch.emit(
+        ev.Expired(
+            reminder_id=row.spec.id,
+            reason=reason,
+            ttl_turns_before=row.ttl_remaining,
+            expired_at_turn=batch.turn,
+            expired_at_boundary=boundary,
+        )
+    )
 
 
 def make_live(batch: Batch, spec: ResolvedSpec, *, audit_only: bool, redactions: int = 0) -> int:

@@ -106,10 +106,12 @@ def plan_render(
     nonce: str | None,
     cap: int,
     budget: int | None,
+    now: str,
     estimator: str = cost.DEFAULT_ESTIMATOR,
 ) -> RenderPlan:
-    """Select (§5.2, mutes §12.2), drop (§5.4), cap (§4.6) and shed to the budget (§12.1)."""
-    held = cost.eligible(state.pending, turn, state.mutes)
+    """Select (§5.2, mutes §12.2, `not_before` at the render's time `now` §12.4), drop
+    (§5.4), cap (§4.6) and shed to the budget (§12.1)."""
+    held = cost.eligible(state.pending, turn, state.mutes, cost.not_yet_at(state.pending, now))
     candidates, dropped = held.candidates, list[PendingRow]()
     if fmt == "system-reminder":
         candidates, dropped = spoofing_split(candidates)
@@ -149,6 +151,7 @@ def render(batch: Batch, command: cmd.Render, config: CoreConfig) -> Reply:
         nonce=_session_nonce(batch) if context_directives and config.nonce_enabled else None,
         cap=config.max_envelope_bytes,
         budget=command.max_tokens if command.max_tokens is not None else config.render_max_tokens,
+        now=batch.context.occurred_at,
     )
     for row in plan.dropped:
         batch.emit(

@@ -20,12 +20,14 @@ from core.config import CoreConfig
 from core.deciders.common import (
     check_budget,
     check_turn,
+    expire,
     live_ids,
     make_live,
     queued_ids,
     reject,
     resolve,
 )
+from core.deciders.effect import check_expires_after_now
 from core.redact import redact
 
 
@@ -38,6 +40,7 @@ def inject(batch: Batch, command: cmd.Inject, config: CoreConfig) -> Reply:
         if redactions:
             spec = spec.model_copy(update={"body": body})
     reminder_id = spec.id
+    check_expires_after_now(batch, spec.expires_at)
     if spec.source == "inherited":
         raise reject(
             ErrorCode.INVALID_OPTION,
@@ -76,15 +79,7 @@ def clear(batch: Batch, command: cmd.Clear, config: CoreConfig) -> Reply:
     """Every live reminder the selector matches expires as `cleared`."""
     matched = [row for row in batch.scratch.pending if rules.clear_matches(row, command.selector)]
     for row in matched:
-        batch.emit(
-            ev.Expired(
-                reminder_id=row.spec.id,
-                reason="cleared",
-                ttl_turns_before=row.ttl_remaining,
-                expired_at_turn=batch.turn,
-                expired_at_boundary="clear",
-            )
-        )
+        expire(batch, row, "cleared", "clear")
     return ClearReply(session_seq=0, removed_count=len(matched))
 
 

@@ -24,6 +24,7 @@ from contracts.errors import ErrorCode
 from contracts.events import Event
 from contracts.state import SessionState
 from core import CommandContext, CoreConfig, decide
+from core.clock import timed
 from core.decide import with_unstored
 from services.adapters.append import SessionAppend
 from services.gateway.committer import (
@@ -187,7 +188,8 @@ async def _attempt(
     refusal = ports.check_caller(command, entry.state)
     if refusal is not None:
         return refusal
-    decision = decide(entry.state, command, context, ports.core, warnings)
+    # The session's recorded time never goes backwards (SPEC §12.4).
+    decision = decide(entry.state, command, timed(context, entry.state), ports.core, warnings)
     if not decision.events:
         # Nothing to append, so no expected-sequence check will catch a cached session that
         # is behind the log (another replica appended): look at the log's last seq first,

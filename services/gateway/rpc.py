@@ -35,6 +35,8 @@ CAMEL_TO_SNAKE = {
     "roleHint": "role_hint",
     "firedAtTurn": "fired_at_turn",
     "originatingAgentId": "originating_agent_id",
+    "notBefore": "not_before",
+    "expiresAt": "expires_at",
 }
 
 Serve = Callable[[str, object], Awaitable[dict[str, Any]]]
@@ -161,6 +163,8 @@ _CONTROL_NAMES = {
     "providerId": "provider_id",
     "dedupeKey": "dedupe_key",
     "requestId": "request_id",
+    "reminderId": "reminder_id",
+    "alreadyAcknowledged": "already_acknowledged",
 }
 _CONTROL_RESULTS = {snake: camel for camel, snake in _CONTROL_NAMES.items()}
 
@@ -169,6 +173,10 @@ CONTROL_METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
     "session/mute": ("mute", ("mute_id",)),
     "session/unmute": ("unmute", ("mute_id",)),
     "session/sanitize": ("sanitize", ("text", "neutralized")),
+    "session/acknowledge_reminder": (
+        "acknowledge",
+        ("reminder_id", "outcome", "already_acknowledged"),
+    ),
 }
 
 

@@ -26,6 +26,7 @@ from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import meter_provider, tracer_provider
 from services.consumer import ACK, EventConsumer, Settlement, durable_consumer
+from services.observer.effect import EffectMetrics
 from services.runtime import Runtime
 
 log = logging.getLogger("reminders.observer")
@@ -101,6 +102,7 @@ class ObserverMetrics:
     envelope_tokens: Histogram
     withheld: Counter
     neutralized: Counter
+    effect: EffectMetrics
 
     @classmethod
     def create(cls) -> ObserverMetrics:
@@ -133,6 +135,7 @@ class ObserverMetrics:
                 "reminders_forged_directives_neutralized",
                 description="Directive-shaped tags escaped in tool output (SPEC §12.5)",
             ),
+            effect=EffectMetrics.create(meter),
         )
         # The label-free series exist before their first change (the labelled ones appear
         # with their first kind and reason).
@@ -159,6 +162,7 @@ class ObserverMetrics:
         if isinstance(payload, ev.ProviderEvaluated):
             labels["reason"] = "fired" if payload.fired else "quiet"
         self.lifecycle.add(1, labels)
+        self.effect.observe(event)
         if isinstance(payload, ev.Injected):
             self.live.add(1)
         elif isinstance(payload, ev.Deduped):

@@ -45,6 +45,15 @@ def test_up_with_the_demo_drives_a_session_through_the_bus_and_stops_cleanly(
     assert "pending injections of demo-session (1)" in out
     assert "status-1" in out
     assert "projected state of demo-child" in out and "inherited" in out
+    # Did the reminders work (SPEC §12.3, §12.4, §12.6): acted, dismissed by the model through
+    # the MCP tool, expired at its deadline, and the session's effect report.
+    assert "the host acknowledged effect-tests as acted → ok" in out
+    assert "the model dismissed effect-naming through the MCP tool acknowledge_reminder → ok" in out
+    assert "expired at its deadline: effect-deploy" in out
+    assert "effect report of demo-session" in out
+    report = out[out.index("effect report of demo-session") :]
+    assert "hook · — · tests" in report and "in_pipeline · — · style" in report
+    assert "all reminders" in report
     assert "stopping" in out
     assert (tmp_path / "nats").is_dir()
 

@@ -22,11 +22,12 @@ TOOLS = {
     "inject_reminder",
     "clear_reminders",
     "revoke_reminder",
-    "session_state",
-    "pending_injections",
     "mute_reminders",
     "unmute_reminders",
     "sanitize_tool_output",
+    "acknowledge_reminder",
+    "session_state",
+    "pending_injections",
 }
 
 
@@ -124,6 +125,42 @@ async def test_every_tool_over_stdio_and_ledger_errors_as_tool_errors(
             "revoke_reminder", {"session_id": "mcp-s", "reminder_id": "t1"}
         )
         assert error_text(already).startswith("already_delivered: ")
+
+        # A model confirms or dismisses a reminder itself (SPEC §12.3).
+        ok(
+            await mcp.call_tool(
+                "inject_reminder",
+                {
+                    "session_id": "mcp-s",
+                    "body": "Drop this at the deploy window's end.",
+                    "id": "d1",
+                    "expires_at": "2999-01-01T01:00:00+01:00",
+                },
+            )
+        )
+        never_shown = await mcp.call_tool(
+            "acknowledge_reminder",
+            {"session_id": "mcp-s", "reminder_id": "d1", "turn": 0, "outcome": "acted"},
+        )
+        assert error_text(never_shown).startswith("HARN-RMD-001: ")
+        dismiss = {"session_id": "mcp-s", "reminder_id": "d1", "turn": 0, "outcome": "dismissed"}
+        dismissed = ok(await mcp.call_tool("acknowledge_reminder", dismiss))
+        assert dismissed["already_acknowledged"] is False
+        again = ok(await mcp.call_tool("acknowledge_reminder", dismiss))
+        assert again["already_acknowledged"] is True
+        assert again["session_seq"] == dismissed["session_seq"]
+        gone = ok(
+            await mcp.call_tool(
+                "session_state", {"session_id": "mcp-s", "min_seq": dismissed["session_seq"]}
+            )
+        )
+        assert gone["state"]["pending"] == []
+        assert gone["state"]["acknowledged"] == {"d1": ["dismissed"]}
+        unknown = await mcp.call_tool(
+            "acknowledge_reminder",
+            {"session_id": "mcp-s", "reminder_id": "ghost", "turn": 0, "outcome": "ignored"},
+        )
+        assert error_text(unknown).startswith("unknown_reminder_id: ")
 
 
 async def test_mute_unmute_and_sanitize_tools_over_stdio(

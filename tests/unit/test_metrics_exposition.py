@@ -59,6 +59,15 @@ def exposition() -> dict[str, tuple[str, list[Sample]]]:
     observer.ttl_expiries.add(1)
     propagator.handoffs.add(1, {"outcome": "applied"})
     propagator.reminders.add(1, {"outcome": "inherited"})
+    for counter in (
+        observer.effect.injected,
+        observer.effect.delivered,
+        observer.effect.rendered,
+        observer.effect.tokens,
+        observer.effect.expired_unacknowledged,
+    ):
+        counter.add(1, {"source": "hook"})
+    observer.effect.acknowledged.add(1, {"source": "hook", "outcome": "acted"})
     text = metrics_text().decode()
     return {
         family.name: (family.type, family.samples)
@@ -166,12 +175,15 @@ def test_every_metric_name_follows_the_prometheus_conventions() -> None:
 
 
 def test_labels_are_kinds_and_outcomes_only() -> None:
-    allowed = {"op", "outcome", "kind", "reason", "verdict", "format", "le"}
+    # `source` is a closed set too: the five sources of a ReminderSpec, or `unknown`.
+    allowed = {"op", "outcome", "kind", "reason", "verdict", "format", "le", "source"}
+    sources = {"stdlib_provider", "hook", "bridge", "in_pipeline", "inherited", "unknown"}
     scope = {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
     for name, (_kind, samples) in exposition().items():
         for sample in samples:
             extra = set(sample.labels) - allowed - scope
             assert not extra, f"{name} carries labels {extra}"
+            assert sample.labels.get("source", "hook") in sources, name
 
 
 #: What a fresh process exposes before anything happened: each service's instruments made

@@ -24,7 +24,7 @@ class Bus:
             "revoke": {"ok": True, "status": "revoked", "session_seq": 2},
             "pending_injections": {"ok": True, "pendingCount": 0, "injections": [], "stale": False},
         }
-        return self.replies.get(op, default[op])
+        return self.replies[op] if op in self.replies else default[op]
 
 
 def request(method: str, params: object, request_id: object = 1) -> dict[str, Any]:
@@ -232,3 +232,80 @@ async def test_a_failure_behind_a_request_still_gets_a_json_rpc_error_reply() ->
     }
     notification = {"jsonrpc": "2.0", "method": "notifications/reminder", "params": {}}
     assert await broken.handle_rpc(orjson.dumps(notification)) is None
+
+
+async def test_acknowledge_reminder_maps_camel_case_both_ways() -> None:
+    bus = Bus(
+        {
+            "acknowledge": {
+                "ok": True,
+                "reminder_id": "r-1",
+                "outcome": "dismissed",
+                "already_acknowledged": False,
+                "session_seq": 5,
+            }
+        }
+    )
+    params = {
+        "sessionId": "s",
+        "reminderId": "r-1",
+        "turn": 3,
+        "outcome": "dismissed",
+        "by": "model",
+        "note": "no longer relevant",
+    }
+    response = await handle_rpc(bus, request("session/acknowledge_reminder", params))
+    assert response["result"] == {
+        "reminderId": "r-1",
+        "outcome": "dismissed",
+        "alreadyAcknowledged": False,
+    }
+    assert bus.sent == [
+        (
+            "acknowledge",
+            {
+                "session_id": "s",
+                "reminder_id": "r-1",
+                "turn": 3,
+                "outcome": "dismissed",
+                "by": "model",
+                "note": "no longer relevant",
+            },
+        )
+    ]
+
+
+async def test_acknowledge_reminder_errors_keep_the_commands_code() -> None:
+    refusal = {
+        "ok": False,
+        "error": {"code": "HARN-RMD-001", "message": "invalid outcome", "details": {}},
+    }
+    bus = Bus({"acknowledge": refusal})
+    response = await handle_rpc(
+        bus,
+        request(
+            "session/acknowledge_reminder",
+            {"sessionId": "s", "reminderId": "r", "turn": 0, "outcome": "acted"},
+        ),
+    )
+    assert response["error"]["code"] == -32602
+    assert response["error"]["data"]["code"] == "HARN-RMD-001"
+
+
+async def test_session_remind_maps_the_wall_clock_fields() -> None:
+    bus = Bus()
+    await handle_rpc(
+        bus,
+        request(
+            "session/remind",
+            {
+                "sessionId": "s",
+                "body": "x",
+                "notBefore": "2026-11-29T15:00:00Z",
+                "expiresAt": "2026-11-30T00:00:00+01:00",
+            },
+        ),
+    )
+    reminder = bus.sent[0][1]["reminder"]  # type: ignore[index]
+    assert reminder["not_before"] == "2026-11-29T15:00:00Z"
+    assert reminder["expires_at"] == "2026-11-30T00:00:00+01:00"

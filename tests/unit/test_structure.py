@@ -232,8 +232,10 @@ def test_the_fold_scratch_has_exactly_the_session_state_fields_and_types() -> No
     from core.fold import Scratch
 
     hints = typing.get_type_hints(Scratch)
-    scratch = {f.name: hints[f.name] for f in dataclasses.fields(Scratch)}
-    scratch.pop("_seen")
+    # The private fields are indexes of state lists (`_seen`, `_fired`), not state.
+    scratch = {
+        f.name: hints[f.name] for f in dataclasses.fields(Scratch) if not f.name.startswith("_")
+    }
     state = {name: info.annotation for name, info in SessionState.model_fields.items()}
     assert list(scratch) == list(state)
     assert scratch == state
