@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from contracts.events import Event
 from contracts.spec import utc_millis
 from contracts.state import SessionState
+from contracts.stored import StoredEvent as Row
 from core import CommandContext, CoreConfig, fold_all, handle
 from core.canonical import event_subject
 from core.clock import command_time
 from core.decide import Decision
-from replay.source import Row
 from replay.verify import verify
 from tests.unit.test_replay_library import rechain
 

@@ -104,10 +104,11 @@ def test_many_sessions_are_grouped_and_counted() -> None:
         row for path in sorted(GOLDEN_DIR.glob("*.events.jsonl")) for row in rows_from_file(path)
     ]
     grouped = sessions_of(rows)
-    assert len(grouped) == 4
+    sessions = len({row.envelope["session_id"] for row in rows})
+    assert len(grouped) == sessions >= 4
     seen: list[tuple[int, int]] = []
     report = effect_report(list(grouped.values()), progress=lambda d, t: seen.append((d, t)))
-    assert report.sessions == 4 and seen[-1] == (4, 4)
+    assert report.sessions == sessions and seen[-1] == (sessions, sessions)
     assert report.totals.injected == sum(1 for row in rows if row.envelope["kind"] == "injected")
     assert report.totals.rendered == len([e for e in decode_rows(rows) if e.kind == "fired"])
 
@@ -139,7 +140,7 @@ def test_the_audit_shows_acknowledgements_deadlines_dismissals_and_what_was_held
     assert ended["deploy-1"] == "expired (deadline)"
     text = text_report("golden-4", result)
     assert "smoke-1 acknowledged as dismissed by model at turn 1: 'done already'" in text
-    assert "(shed cache-1; muted style-1; not yet due smoke-1)" in text
+    assert "shed cache-1; muted style-1; not yet due smoke-1" in text
     assert "deploy-1 expired: deadline at deadline of turn 1" in text
     page = html_report("golden-4", result)
     assert "acknowledged as acted by model" in page and "expired at its deadline" in page
