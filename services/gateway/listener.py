@@ -55,6 +55,9 @@ class CommandListener:
                 subjects, queue=QUEUE_GROUP, cb=self._dispatch, pending_msgs_limit=100_000
             )
             self._subscriptions.append(subscription)
+        # The server knows of the subscriptions only once it has read them: without this a
+        # client that sees the gateway ready could still get "no responders" for a moment.
+        await self._nc.flush()
 
     async def stop(self) -> None:
         """Leave the queue group, then let every command in flight finish and reply."""

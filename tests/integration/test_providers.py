@@ -219,15 +219,16 @@ def wait_exit(service: object, timeout_s: float = 20.0) -> int:
     raise AssertionError("the providers service did not exit")
 
 
-async def test_more_than_eight_enabled_providers_refuse_to_start_with_harn_rmd_007(
+async def test_more_than_eight_enabled_rules_refuse_to_start_with_harn_rmd_007(
     provisioned: Settings, services: ServiceRunner, tmp_path: Path
 ) -> None:
+    # SPEC §9.4: rules and plug-ins count, built-ins do not; nine rules are one too many.
     config = tmp_path / "providers.toml"
     config.write_text(
         "\n".join(
             f'[[rules]]\nid = "r{n}"\nwhen = {{ every_n_turns = {n + 1} }}\n'
             f'reminder = {{ body = "rule {n}", ttl_turns = 1 }}\n'
-            for n in range(2)
+            for n in range(9)
         ),
         encoding="utf-8",
     )
