@@ -13,6 +13,7 @@ stdout belongs to the MCP protocol alone.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib.metadata import version as package_version
 from typing import Any
 
@@ -56,6 +57,10 @@ def _given(**values: Any) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
+Ask = Callable[[str, dict[str, Any]], Awaitable[CallToolResult]]
+"""How a tool asks the ledger: op and payload in, the tool result out."""
+
+
 def build_server(ledger: ReminderClient) -> FastMCP:
     """The MCP server, its tools bound to one ledger client."""
     server = FastMCP("reminder-ledger", instructions=INSTRUCTIONS, log_level="WARNING")
@@ -67,6 +72,15 @@ def build_server(ledger: ReminderClient) -> FastMCP:
             return _result(await ledger.request(op, payload))
         except ReminderError as exc:  # no gateway answered
             return _result({"ok": False, "error": exc.to_body().model_dump(mode="json")})
+
+    _command_tools(server, ask)
+    _control_tools(server, ask)
+    _query_tools(server, ask)
+    return server
+
+
+def _command_tools(server: FastMCP, ask: Ask) -> None:
+    """The commands of SPEC §4: inject, clear, revoke."""
 
     @server.tool()
     async def inject_reminder(
@@ -133,6 +147,10 @@ def build_server(ledger: ReminderClient) -> FastMCP:
             _given(session_id=session_id, reminder_id=reminder_id, request_id=request_id),
         )
 
+
+def _control_tools(server: FastMCP, ask: Ask) -> None:
+    """Cost, control and effect (SPEC §12): mute, unmute, sanitize, acknowledge."""
+
     @server.tool()
     async def mute_reminders(
         session_id: str,
@@ -197,6 +215,10 @@ def build_server(ledger: ReminderClient) -> FastMCP:
             ),
         )
 
+
+def _query_tools(server: FastMCP, ask: Ask) -> None:
+    """The queries of SPEC §4.10: state and pending injections."""
+
     @server.tool()
     async def session_state(
         session_id: str, min_seq: int | None = None, timeout_ms: int | None = None
@@ -211,8 +233,6 @@ def build_server(ledger: ReminderClient) -> FastMCP:
     async def pending_injections(session_id: str, timeout_ms: int | None = None) -> CallToolResult:
         """The queued reminders of a session in FIFO order (`pending_injections`)."""
         return await ask("pending_injections", _given(session_id=session_id, timeout_ms=timeout_ms))
-
-    return server
 
 
 async def serve_stdio(settings: Settings) -> None:
