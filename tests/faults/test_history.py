@@ -1,0 +1,120 @@
+"""Recorded histories checked per session (issue #23), on a 3-node R3 cluster whose routes run
+through proxies the test cuts.
+
+- CI form (unmarked, < 3 min on 2 cores): a leader isolation and a kill -9 of the leader.
+- Long form (`-m faults`): every nemesis in turn — partitions (isolate the leader, 2/1 split),
+  SIGSTOP of the leader for 1–10 s, kill -9 of the leader, of a follower and of every service
+  process — until the history holds `REMINDERS_FAULTS_OPS` operations (default 50,000).
+- Clock skew: two gateway replicas 30 s apart (`REMINDERS_CLOCK_OFFSET_MS`); a session's
+  recorded time must never go backwards (SPEC §12.4).
+
+Each run writes its history as JSON Lines (path printed) and figures.json next to it; an
+anomaly fails the test with its kind and the first operations involved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.adapters.settings import Settings
+from tests.faults.nemesis import ProxiedCluster
+from tests.faults.runs import (
+    NEMESES,
+    Ctx,
+    RunShape,
+    isolate_leader,
+    kill_node,
+    provisioned,
+    run_checked,
+)
+
+
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[ProxiedCluster]:
+    """Three nats-servers whose routes each run through a proxy."""
+    cluster = ProxiedCluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+async def r3(proxied: ProxiedCluster) -> Settings:
+    """Settings naming all three nodes, everything provisioned at R3."""
+    settings = Settings.from_env({}, nats_url=proxied.url, replicas=3)
+    await provisioned(settings)
+    return settings
+
+
+def assert_clean(report_text: str, anomalies: int, history: Path) -> None:
+    assert anomalies == 0, f"history {history}\n{report_text}"
+
+
+async def test_history_under_a_partition_and_a_leader_kill(
+    proxied: ProxiedCluster, r3: Settings, tmp_path: Path
+) -> None:
+    async def nemesis(ctx: Ctx) -> None:
+        await isolate_leader(ctx, hold_s=10.0)  # past the election timeout
+        await kill_node(ctx, leader=True, down_s=2.0)
+
+    shape = RunShape(sessions=6, clients_per_session=2, quiet_s=3.0, max_s=0)
+    report, history, faults = await run_checked(proxied, r3, tmp_path / "run", shape, nemesis)
+    assert set(faults.by_kind()) == {"partition: isolate leader", "kill -9 leader"}
+    assert history.acked() > 100, "the workload hardly ran"
+    assert_clean(report.summary(), len(report.anomalies), history.path)
+
+
+@pytest.mark.faults
+async def test_history_under_every_nemesis(
+    proxied: ProxiedCluster, r3: Settings, tmp_path: Path
+) -> None:
+    order = list(NEMESES)
+    turn = 0
+
+    async def nemesis(ctx: Ctx) -> None:
+        nonlocal turn
+        await NEMESES[order[turn % len(order)]](ctx)
+        turn += 1
+
+    target = int(os.environ.get("REMINDERS_FAULTS_OPS", "50000"))
+    bound = float(os.environ.get("REMINDERS_FAULTS_MAX_S", "3600"))
+    shape = RunShape(
+        sessions=16,
+        clients_per_session=2,
+        quiet_s=4.0,
+        target_ops=target,
+        max_s=bound,
+        gateways=({}, {}),
+    )
+    report, history, faults = await run_checked(proxied, r3, tmp_path / "run", shape, nemesis)
+    assert len(faults.by_kind()) >= len(NEMESES) or turn < len(NEMESES)
+    assert_clean(report.summary(), len(report.anomalies), history.path)
+    assert len(history.ops) >= target, f"only {len(history.ops)} ops within {bound}s"
+
+
+async def test_skewed_gateway_clocks_never_move_a_session_back_in_time(
+    proxied: ProxiedCluster, r3: Settings, tmp_path: Path
+) -> None:
+    """Two gateways 30 s apart share the sessions; with SPEC §12.4's rule no session's
+    recorded time goes backwards (until the core applies it, this reports exactly that)."""
+
+    async def nemesis(ctx: Ctx) -> None:
+        await kill_node(ctx, leader=False, down_s=1.0)
+
+    shape = RunShape(
+        sessions=4,
+        clients_per_session=2,
+        warmup_s=6.0,
+        quiet_s=2.0,
+        max_s=0,
+        gateways=({"REMINDERS_CLOCK_OFFSET_MS": "30000"}, {"REMINDERS_CLOCK_OFFSET_MS": "0"}),
+    )
+    report, history, _ = await run_checked(proxied, r3, tmp_path / "run", shape, nemesis)
+    assert history.acked() > 50
+    assert_clean(report.summary(), len(report.anomalies), history.path)
