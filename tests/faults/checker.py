@@ -14,7 +14,8 @@ precisely and with the first operations involved:
 - **reordered**: a command acknowledged before another was invoked comes after it in the
   session's log.
 - **stale read**: a `state` query answered `stale: false` without a write acknowledged before
-  it was invoked (or its `min_seq`).
+  it was invoked (or its `min_seq`); or a command that appended nothing (a `render` with no
+  envelope, an `end_turn` already applied, …) decided on a state missing such a write.
 - **seq went backwards**: a client saw a session's `session_seq` go down.
 - **time went backwards**: a session's recorded `occurred_at` went down in log order.
 
@@ -295,24 +296,20 @@ def _check_reads(session_id: str, ops: Sequence[Op], report: Report) -> None:
         and "session_seq" in op.reply
     )
     for op in ops:
-        if op.op != "state" or op.status != "ok":
+        if op.status != "ok":
+            continue
+        if op.op in WRITES and not appended(op):
+            # A command that appended nothing decided on the state it read: that is a read.
+            _check_read(session_id, op, int(op.reply.get("session_seq") or 0), acked, report)
+            continue
+        if op.op != "state":
             continue
         state = op.reply.get("state") or {}
         seen = int(state.get("session_seq", 0))
         if op.reply.get("stale"):
             report.counts["stale_flagged"] += 1
             continue
-        need, witness = int(op.payload.get("min_seq") or 0), None
-        for completed, seq, write in acked:
-            if completed >= op.invoked:
-                break
-            if seq > need:
-                need, witness = seq, write
-        if seen < need:
-            involved = [op] + ([witness] if witness else [])
-            report.add(
-                "stale read", session_id, f"saw session_seq {seen}, needed ≥ {need}", *involved
-            )
+        _check_read(session_id, op, seen, acked, report)
     by_client: dict[str, list[Op]] = defaultdict(list)
     for op in ops:
         if op.status == "ok" and op.completed is not None:
@@ -335,6 +332,24 @@ def _check_reads(session_id: str, ops: Sequence[Op], report: Report) -> None:
                 break
             if high is None or seq > high[0]:
                 high = (seq, op)
+
+
+def _check_read(
+    session_id: str, op: Op, seen: int, acked: Sequence[tuple[float, int, Op]], report: Report
+) -> None:
+    """A read (or a decision that appended nothing) saw every write acked before it began."""
+    need, witness = int(op.payload.get("min_seq") or 0), None
+    for completed, seq, write in acked:
+        if completed >= op.invoked:
+            break
+        if seq > need:
+            need, witness = seq, write
+    if seen < need:
+        what = "saw" if op.op == "state" else f"{op.op} appended nothing, decided on"
+        involved = [op] + ([witness] if witness else [])
+        report.add(
+            "stale read", session_id, f"{what} session_seq {seen}, needed ≥ {need}", *involved
+        )
 
 
 def _seen_seq(op: Op) -> int | None:

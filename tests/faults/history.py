@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from nats.aio.client import Client
 
@@ -42,6 +42,14 @@ MIX: dict[str, int] = {
     "state": 20,
     "pending_injections": 7,
 }
+
+
+class Requester(Protocol):
+    """What a client of the workload needs: `ReminderClient.request`'s shape."""
+
+    async def request(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Send one command or query; the reply as a dict."""
+        ...
 
 
 class History:
@@ -137,13 +145,14 @@ class Workload:
     """Clients × sessions, each client picking operations from `MIX` until `stop` is set
     (or `ops_per_client` ran). `clients` are the connections used, round robin."""
 
-    clients: Sequence[ReminderClient]
+    clients: Sequence[Requester]
     history: History
     sessions: Sequence[str]
     clients_per_session: int = 2
     pause_s: float = 0.02
     ops_per_client: int = 1_000_000
     seed: int = 23
+    mix: dict[str, int] = field(default_factory=lambda: dict(MIX))
     children: list[str] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -160,7 +169,7 @@ class Workload:
         rng = random.Random(f"{self.seed}-{name}")
         client = self.clients[n % len(self.clients)]
         seen = 0
-        names, weights = list(MIX), list(MIX.values())
+        names, weights = list(self.mix), list(self.mix.values())
         for i in range(self.ops_per_client):
             if stop.is_set():
                 return

@@ -228,3 +228,12 @@ def test_a_history_and_an_export_read_back_from_files(tmp_path: Path) -> None:
     }
     export.write_text(json.dumps(envelope) + "\n", encoding="utf-8")
     assert check(read_history(history), read_export(export)).anomalies == []
+
+
+def test_a_no_op_decided_on_a_state_missing_an_acked_write_is_a_stale_read() -> None:
+    ops, events = legal()
+    # another gateway, its cache behind, answers a render from before the inject
+    ops[2] = op(3, "render", 2.1, 2.2, client="c2", session_seq=0, envelope=None)
+    found = check(ops, {S: events})
+    assert found.by_kind() == {"stale read": 1}
+    assert "render appended nothing" in str(found.anomalies[0])
