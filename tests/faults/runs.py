@@ -178,11 +178,14 @@ class RunShape:
     clients_per_session: int = 2
     warmup_s: float = 3.0
     quiet_s: float = 3.0
-    #: Stop starting faults once the history holds this many ops, or after `max_s`.
+    #: Stop starting faults once the history holds this many ops (0: no target), or once
+    #: `max_s` passed (0: after the first round).
     target_ops: int = 0
     max_s: float = 60.0
     gateways: Sequence[dict[str, str]] = ({},)
     pause_s: float = 0.02
+    #: The workload's operation weights (None: `history.MIX`).
+    mix: dict[str, int] | None = None
 
 
 async def run_checked(
@@ -191,9 +194,11 @@ async def run_checked(
     out: Path,
     shape: RunShape,
     nemesis: Callable[[Ctx], Awaitable[None]],
+    watch: Callable[[Ctx], Awaitable[None]] | None = None,
 ) -> tuple[Report, History, Faults]:
-    """Start the services, run the workload under `nemesis`, heal, check. The history is at
-    `out/history.jsonl`; the figures at `out/figures.json`."""
+    """Start the services, run the workload under `nemesis` (and `watch`, cancelled at the
+    end), heal, check. The history is at `out/history.jsonl`; the figures at
+    `out/figures.json`."""
     runner = ServiceRunner(settings, out / "service-logs")
     services = Services(runner, settings)
     try:
@@ -203,7 +208,7 @@ async def run_checked(
         services.start("propagator-a", "propagator")
         nc = await connect(settings, "faults-checker")
         try:
-            return await _drive(cluster, settings, out, shape, nemesis, services, nc)
+            return await _drive(cluster, settings, out, shape, nemesis, services, nc, watch)
         finally:
             await nc.close()
     finally:
@@ -218,6 +223,7 @@ async def _drive(
     nemesis: Callable[[Ctx], Awaitable[None]],
     services: Services,
     nc: Client,
+    watch: Callable[[Ctx], Awaitable[None]] | None,
 ) -> tuple[Report, History, Faults]:
     history = History(out / "history.jsonl")
     print(f"history: {history.path}")
@@ -226,16 +232,19 @@ async def _drive(
     workload = Workload(
         [client], history, sessions, shape.clients_per_session, pause_s=shape.pause_s
     )
+    if shape.mix is not None:
+        workload.mix = dict(shape.mix)
     ctx = Ctx(cluster, services, nc, settings, history, Faults(), random.Random(23))
     stop = asyncio.Event()
     load = asyncio.create_task(workload.run(stop))
+    watching = asyncio.ensure_future(watch(ctx)) if watch is not None else None
     started = time.monotonic()
     try:
         await asyncio.sleep(shape.warmup_s)
         while True:
             await nemesis(ctx)
             await asyncio.sleep(shape.quiet_s)
-            done_ops = len(history.ops) >= shape.target_ops
+            done_ops = shape.target_ops > 0 and len(history.ops) >= shape.target_ops
             if done_ops or time.monotonic() - started > shape.max_s or load.done():
                 break
     finally:
@@ -244,12 +253,25 @@ async def _drive(
             cluster.resume(index)
         await asyncio.sleep(shape.quiet_s)  # recovered: the last ops must be acked
         stop.set()
+        if watching is not None:
+            watching.cancel()
         await asyncio.wait_for(load, timeout=60)
     report = await check_run(nc, client, settings.stream, settings.kv_bucket, history)
     figures = summarize(report, history, ctx.faults)
     (out / "figures.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(figures, indent=2))
     return report, history, ctx.faults
+
+
+def rss_mib(pid: int) -> float | None:
+    """Resident memory of a process, MiB (None once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def longest_unavailable_s(history: History, start: float, end: float) -> float:
