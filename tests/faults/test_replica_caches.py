@@ -30,14 +30,18 @@ async def test_a_no_op_on_one_replica_sees_a_write_acked_by_another(
         committer.start()
         replicas.append(CommandService(nc, provisioned, committer))
     history = History(tmp_path / "history.jsonl")
-    steps = [
+    steps: list[tuple[int, str, dict[str, object]]] = [
         (1, "render", {"turn": 0}),  # replica B caches the empty session
         (0, "inject", {"reminder": {"body": "run the tests"}}),  # replica A appends
         (1, "render", {"turn": 0}),  # B must render it (or at least see session_seq 1)
     ]
     try:
         for n, (replica, op, extra) in enumerate(steps):
-            payload = {"session_id": "two-replicas", "request_id": f"r{n}", **extra}
+            payload: dict[str, object] = {
+                "session_id": "two-replicas",
+                "request_id": f"r{n}",
+                **extra,
+            }
             record = history.invoke(f"c{replica}", op, "two-replicas", f"r{n}", payload)
             reply = await replicas[replica].handle(op, orjson.dumps(payload))
             history.complete(record, status_of(reply), reply)
