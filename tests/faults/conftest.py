@@ -7,7 +7,12 @@ unmarked, run every time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+from tests.faults.nemesis import ProxiedCluster
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -21,3 +26,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[ProxiedCluster]:
+    """Three nats-servers whose routes each run through a proxy the test can cut."""
+    cluster = ProxiedCluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -19,7 +19,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from cli.provision import provision_all
-from cli.supervisor import ServiceProcess, spawn_service, wait_ready
+from cli.supervisor import ServiceProcess, SupervisorError, spawn_service, wait_ready
 from client.sdk import ReminderClient
 from services.adapters.connection import connect
 from services.adapters.settings import Settings
@@ -45,15 +45,24 @@ class Services:
         env = {"REMINDERS_REPLICAS": str(self.settings.replicas), **(env or {})}
         self.procs[label] = (name, env, self.runner.start(name, extra_env=env))
 
-    async def kill_and_restart(self, label: str, down_s: float = 0.5) -> None:
-        """SIGKILL, then start again on the same port and log."""
+    async def kill_and_restart(self, label: str, down_s: float = 0.5, bound_s: float = 90) -> None:
+        """SIGKILL, then start again on the same port and log; like a supervisor, start it
+        again while it exits at start-up (its checks can time out while the cluster heals)."""
         name, env, old = self.procs[label]
         await asyncio.to_thread(self.runner.kill, old)
         await asyncio.sleep(down_s)
-        new = spawn_service(name, self.settings, old.log_path, env, http_port=old.http_port)
-        self.runner.running.append(new)
-        self.procs[label] = (name, env, new)
-        await asyncio.to_thread(wait_ready, [new], 60.0)
+        deadline = time.monotonic() + bound_s
+        while True:
+            new = spawn_service(name, self.settings, old.log_path, env, http_port=old.http_port)
+            self.runner.running.append(new)
+            self.procs[label] = (name, env, new)
+            try:
+                await asyncio.to_thread(wait_ready, [new], max(1.0, deadline - time.monotonic()))
+                return
+            except SupervisorError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(1.0)
 
     def pids(self) -> dict[str, int]:
         """Each live service's pid, by label."""

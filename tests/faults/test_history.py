@@ -6,6 +6,8 @@ through proxies the test cuts.
   SIGSTOP of the leader for 1–10 s, kill -9 of the leader, of a follower and of every service
   process — until the history holds `REMINDERS_FAULTS_OPS` operations (default 50,000), with
   `REMINDERS_FAULTS_GATEWAYS` gateway replicas (default 2).
+- Leader pause (unmarked): SIGSTOP of the stream leader for 8 s; every answer within the
+  gateway's deadline.
 - Clock skew: two gateway replicas 30 s apart (`REMINDERS_CLOCK_OFFSET_MS`); a session's
   recorded time must never go backwards (SPEC §12.4).
 
@@ -16,7 +18,6 @@ anomaly fails the test with its kind and the first operations involved.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,20 +30,10 @@ from tests.faults.runs import (
     RunShape,
     isolate_leader,
     kill_node,
+    pause_leader,
     provisioned,
     run_checked,
 )
-
-
-@pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[ProxiedCluster]:
-    """Three nats-servers whose routes each run through a proxy."""
-    cluster = ProxiedCluster(tmp_path / "cluster")
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
@@ -125,3 +116,32 @@ async def test_skewed_gateway_clocks_never_move_a_session_back_in_time(
     report, history, _ = await run_checked(proxied, r3, tmp_path / "run", shape, nemesis)
     assert history.acked() > 50
     assert_clean(report.summary(), len(report.anomalies), history.path)
+
+
+async def test_answers_within_the_deadline_while_the_leader_is_paused(
+    proxied: ProxiedCluster, r3: Settings, tmp_path: Path
+) -> None:
+    """SIGSTOP of the stream leader for 8 s: every command is answered within the gateway's
+    deadline (plus 1 s of slack) — `ok`, or `unavailable` with `retry_after_ms` — and the
+    history stays clean."""
+
+    async def nemesis(ctx: Ctx) -> None:
+        await pause_leader(ctx, hold_s=8.0)
+
+    shape = RunShape(sessions=6, clients_per_session=2, quiet_s=3.0, max_s=0)
+    report, history, _ = await run_checked(proxied, r3, tmp_path / "run", shape, nemesis)
+    assert_clean(report.summary(), len(report.anomalies), history.path)
+    bound = r3.request_timeout_s + 1.0
+    late = [
+        op.brief()
+        for op in history.ops
+        if op.completed is None or op.completed - op.invoked > bound
+    ]
+    assert late == [], f"{len(late)} answers later than {bound}s: {late[:5]}"
+    refused = [
+        op.brief()
+        for op in history.ops
+        if op.status == "info"
+        and not ((op.reply.get("error") or {}).get("details") or {}).get("retry_after_ms")
+    ]
+    assert refused == [], f"{len(refused)} indeterminate answers without retry_after_ms"

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,16 +23,6 @@ from tests.faults.nemesis import ProxiedCluster
 from tests.faults.runs import NEMESES, Ctx, RunShape, provisioned, rss_mib, run_checked
 
 CLUSTER_NEMESES = ["isolate_leader", "split", "pause_leader", "kill_leader", "kill_follower"]
-
-
-@pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[ProxiedCluster]:
-    cluster = ProxiedCluster(tmp_path / "cluster")
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.soak
