@@ -105,6 +105,8 @@ class History:
 
 def _kept(op: str, reply: dict[str, Any]) -> dict[str, Any]:
     """What the history keeps of a reply: everything the checker reads, no bodies."""
+    if not reply.get("ok"):
+        return reply
     if op == "state":
         state = reply.get("state") or {}
         return {
