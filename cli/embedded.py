@@ -42,6 +42,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+#: The embedded server's config beside its flags: fsync every write before the PubAck, so an
+#: acknowledged event survives the machine losing power (docs/reliability.md says what it
+#: costs and why it is the default).
+DURABLE_ACKS_CONF = "jetstream {\n  sync_interval: always\n}\n"
+
+
+def write_durable_config(path: Path) -> Path:
+    """Write `DURABLE_ACKS_CONF` to `path` (for `EmbeddedNats(config_file=...)`); returns it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(DURABLE_ACKS_CONF, encoding="utf-8")
+    return path
+
+
 class EmbeddedNats:
     """`nats-server -js` on loopback with its store under `store_dir`."""
 

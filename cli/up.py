@@ -28,7 +28,7 @@ from cli.demo import (
     print_step,
 )
 from cli.effect_demo import run_effect_demo
-from cli.embedded import EmbeddedNats
+from cli.embedded import EmbeddedNats, write_durable_config
 from cli.provision import provision_all
 from cli.supervisor import (
     ServiceProcess,
@@ -77,7 +77,11 @@ def bring_up(settings: Settings, *, embedded: bool, console: Console) -> System:
     server = None
     if embedded:
         store = settings.data_dir / "nats"
-        server = EmbeddedNats(store, port=4222 if _port_free(4222) else None)
+        server = EmbeddedNats(
+            store,
+            port=4222 if _port_free(4222) else None,
+            config_file=write_durable_config(settings.data_dir / "nats-server.conf"),
+        )
         console.print(f"starting nats-server with JetStream under {store} …")
         server.start()
         settings = settings.model_copy(update={"nats_url": server.url})

@@ -5,8 +5,8 @@ attributes and text uses the generic `sans-serif` and `monospace` families, so t
 the same pasted alone into a file. Every bar and marker is a `<g>` whose `<title>` names
 the reminder id and the event kind (never a body), with `data-*` attributes saying which
 row, turn and kind it is, so tests can read the drawing back. Each row is labelled with what
-the reminder says (`ReminderTimeline.label`: its tags or key and the first words of its body) and its id
-is the label's tooltip. Coordinates are computed from the chart alone: the same log gives
+the reminder says (`ReminderTimeline.label`: its tags or key and the first words of its
+body) and its id is the label's tooltip. Coordinates are computed from the chart alone: the same log gives
 the same bytes.
 
 The grid is laid out for `PAGE_W` pixels, the turns sharing what the labels leave, and the

@@ -28,6 +28,11 @@ def new_uuid7() -> str:
     return uuid7_text(time.time_ns() // 1_000_000, _random_bytes(10))
 
 
+#: A fixed offset added to the gateway's clock, for the fault suite's clock-skew nemesis only
+#: (two gateway replicas whose clocks disagree). `REMINDERS_CLOCK_OFFSET_MS`, read once at
+#: start-up; unset (0) everywhere but in tests/faults.
+CLOCK_OFFSET_MS = int(os.environ.get("REMINDERS_CLOCK_OFFSET_MS") or 0)
+
 #: The second `utc_now_millis` formatted last, and its text: the date part changes once a
 #: second, so it is formatted once a second.
 _second = -1
@@ -37,7 +42,7 @@ _second_text = ""
 def utc_now_millis() -> str:
     """Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`."""
     global _second, _second_text
-    millis = time.time_ns() // 1_000_000
+    millis = time.time_ns() // 1_000_000 + CLOCK_OFFSET_MS
     second, rest = divmod(millis, 1000)
     if second != _second:
         _second, _second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))

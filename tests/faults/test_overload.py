@@ -1,0 +1,156 @@
+"""Overload (`pytest -m faults`, issue #23): at twice the measured saturation rate for 60 s the
+gateway admits what it can and answers the rest `rate_limited` or `unavailable` with
+`retry_after_ms`; the p99 latency of admitted commands stays within 5× its unloaded value;
+the gateway's memory does not grow without bound; nothing acked is lost (the recorded history
+is checked against the log); and it answers again within 5 s once the load drops.
+
+Phases, against one nats-server and real gateway and projector processes: unloaded latency
+(one command at a time), saturation (closed loop, many sessions), then the open-loop overload
+at 2× that rate spread over enough sessions that no session passes its own rate limit.
+`REMINDERS_OVERLOAD_S` shortens the overload phase (default 60).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from client.sdk import ReminderClient
+from contracts.errors import ReminderError
+from services.adapters.settings import Settings
+from tests.faults.checker import check
+from tests.faults.history import History, logs_of, status_of
+from tests.faults.runs import rss_mib
+from tests.processes import ServiceRunner
+
+ANSWERED_NO = frozenset({"rate_limited", "unavailable"})
+
+
+def inject(session_id: str, n: int) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "request_id": f"{session_id}-{n}",
+        "reminder": {"body": f"overload #{n}", "ttl_turns": 3, "dedupe_key": f"k{n % 3}"},
+    }
+
+
+async def send(
+    client: ReminderClient, history: History, name: str, payload: dict[str, Any]
+) -> float:
+    """One recorded inject; returns its latency (s)."""
+    record = history.invoke(name, "inject", payload["session_id"], payload["request_id"], payload)
+    sent = time.monotonic()
+    try:
+        reply = await client.request("inject", payload)
+    except ReminderError as exc:
+        history.complete(record, "info", {"error": {"code": "no_answer", "message": str(exc)}})
+        return time.monotonic() - sent
+    history.complete(record, status_of(reply), reply)
+    return time.monotonic() - sent
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
+
+
+@pytest.mark.faults
+async def test_twice_the_saturation_rate(
+    nc: Client, provisioned: Settings, services: ServiceRunner, tmp_path: Path
+) -> None:
+    gateway = services.start("gateway")
+    services.start("projector")
+    client = ReminderClient(nc, timeout_s=10)
+    history = History(tmp_path / "history.jsonl")
+    print(f"history: {history.path}")
+
+    unloaded = [await send(client, history, "u", inject(f"u{n % 10}", n)) for n in range(200)]
+    unloaded_p99 = p99(unloaded)
+
+    acked_before = history.acked()
+    stop_at = time.monotonic() + 10.0
+
+    async def lane(number: int) -> None:
+        n = 0
+        while time.monotonic() < stop_at:
+            await send(client, history, "sat", inject(f"sat{number}", n))
+            n += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(lane(i) for i in range(64)))
+    saturation = (history.acked() - acked_before) / (time.monotonic() - started)
+
+    rate = 2 * saturation
+    seconds = float(os.environ.get("REMINDERS_OVERLOAD_S", "60"))
+    sessions = max(100, int(rate / 10))  # ≤ 10 commands/s per session: under its own limit
+    first_op = len(history.ops)
+    rss: list[float] = []
+    tasks: set[asyncio.Task[float]] = set()
+    begin = time.monotonic()
+    n = 0
+    while (now := time.monotonic()) - begin < seconds:
+        due = int((now - begin) * rate)
+        while n < due:
+            payload = inject(f"o{n % sessions}", n)
+            task = asyncio.create_task(send(client, history, "over", payload))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            n += 1
+        if int(now - begin) > len(rss):
+            rss.append(rss_mib(gateway.process.pid) or 0.0)
+        await asyncio.sleep(0.01)
+    await asyncio.gather(*tasks)
+
+    recovered_in: float | None = None
+    probe_start = time.monotonic()
+    for k in range(100):
+        await send(client, history, "probe", inject("probe", k))
+        if history.ops[-1].status == "ok":
+            recovered_in = time.monotonic() - probe_start
+            break
+        await asyncio.sleep(0.1)
+    history.close()
+
+    over = history.ops[first_op:]
+    admitted = [op.completed - op.invoked for op in over if op.status == "ok" and op.completed]
+    codes: dict[str, int] = {}
+    for op in over:
+        code = "ok" if op.status == "ok" else str((op.reply.get("error") or {}).get("code"))
+        codes[code] = codes.get(code, 0) + 1
+    without_retry = [
+        op
+        for op in over
+        if op.status != "ok"
+        and not (op.reply.get("error") or {}).get("details", {}).get("retry_after_ms")
+    ]
+    logs, _ = await logs_of(nc, provisioned.stream)
+    report = check(history.ops, logs)
+    figures = {
+        "unloaded_p99_ms": round(unloaded_p99 * 1000, 1),
+        "saturation_per_s": round(saturation, 1),
+        "offered_per_s": round(rate, 1),
+        "overload_s": seconds,
+        "outcomes": codes,
+        "admitted_per_s": round(codes.get("ok", 0) / seconds, 1),
+        "admitted_p99_ms": round(p99(admitted) * 1000, 1),
+        "gateway_rss_mib": [round(v, 1) for v in rss],
+        "recovered_in_s": None if recovered_in is None else round(recovered_in, 2),
+        "anomalies": report.by_kind(),
+    }
+    print(json.dumps(figures, indent=2))
+    assert report.anomalies == [], report.summary()
+    assert set(codes) <= {"ok"} | ANSWERED_NO, (
+        f"answers other than ok/rate_limited/unavailable: {codes}"
+    )
+    assert without_retry == [], f"{len(without_retry)} refusals without retry_after_ms"
+    assert p99(admitted) <= 5 * unloaded_p99, figures
+    half = len(rss) // 2
+    assert rss and max(rss[half:]) <= 1.2 * max(rss[:half] or rss), f"gateway RSS grows: {rss}"
+    assert recovered_in is not None and recovered_in <= 5.0, figures
