@@ -6,8 +6,8 @@ the same pasted alone into a file. Every bar and marker is a `<g>` whose `<title
 the reminder id and the event kind (never a body), with `data-*` attributes saying which
 row, turn and kind it is, so tests can read the drawing back. Each row is labelled with what
 the reminder says (`ReminderTimeline.label`: its tags or key and the first words of its
-body) and its id is the label's tooltip. Coordinates are computed from the chart alone: the same log gives
-the same bytes.
+body) and its id is the label's tooltip. Coordinates are computed from the chart alone: the
+same log gives the same bytes.
 
 The grid is laid out for `PAGE_W` pixels, the turns sharing what the labels leave, and the
 SVG is drawn `width="100%"` over that view box, so the chart fills the page's width
