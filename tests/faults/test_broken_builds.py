@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from services.adapters.jetstream import SessionAppend
+from services.adapters.append import SessionAppend
 from services.adapters.settings import Settings
 from services.gateway.committer import GroupCommitter
 from services.gateway.service import CommandService

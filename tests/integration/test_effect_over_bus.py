@@ -12,7 +12,7 @@ from client.sdk import ReminderClient
 from contracts.decode import decode
 from replay.source import rows_from_nats
 from replay.verify import verify
-from services.adapters.jetstream import read_session
+from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
