@@ -57,6 +57,12 @@ class Settings(BaseModel):
     max_batch_messages: int = Field(default=1000, ge=1, le=1000, description="group commit size")
     conflict_retries: int = Field(default=5, ge=0, description="REMINDERS_CONFLICT_RETRIES")
     rate_limit_per_second: int = Field(default=50, ge=1, description="REMINDERS_RATE_LIMIT")
+    max_in_flight: int = Field(
+        default=256,
+        ge=1,
+        description="REMINDERS_MAX_IN_FLIGHT: commands a gateway serves at once; past it, a "
+        "command is answered `unavailable` with `retry_after_ms` at once (load shedding).",
+    )
     max_waiting_queries: int = Field(
         default=1000, ge=1, description="REMINDERS_MAX_WAITING_QUERIES (per gateway replica)"
     )
@@ -141,6 +147,7 @@ class Settings(BaseModel):
             "REMINDERS_CONFLICT_RETRIES": "conflict_retries",
             "REMINDERS_FAILOVER_AFTER_S": "failover_after_s",
             "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
+            "REMINDERS_MAX_IN_FLIGHT": "max_in_flight",
             "REMINDERS_MAX_WAITING_QUERIES": "max_waiting_queries",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
             "REMINDERS_PROJECTOR_PARTITIONS": "projector_partitions",

@@ -65,7 +65,10 @@ class Gateway:
         tracer = tracer_provider("reminders-gateway", self.settings).get_tracer("reminders.gateway")
         # Spans nobody exports are skipped: making one is a large share of a command's CPU.
         parts.listener = CommandListener(
-            runtime.connection, parts.service, tracer if tracing_enabled() else None
+            runtime.connection,
+            parts.service,
+            tracer if tracing_enabled() else None,
+            in_flight=self.settings.max_in_flight,
         )
         await parts.listener.start()
 

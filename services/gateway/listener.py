@@ -1,8 +1,12 @@
 """The gateway's command subscription: a plain nats-py queue subscription on `reminders.v1.*`.
 
 Commands are the write hot path, and group commit needs many of them in flight at once, so
-each message is handed to its own task, with a bound on the commands in flight (which holds
-back the subscription) and one consumer span per command when spans are exported at all.
+each message is handed to its own task, with a bound on the commands in flight and one
+consumer span per command when spans are exported at all. Past the bound a command is shed:
+answered `unavailable` with `retry_after_ms` at once, never queued, so under overload the
+admitted commands keep their latency and no queue grows without bound (a blocked callback
+would leave messages piling up in the client's pending buffer, each older than its caller's
+deadline by the time it is served).
 The gateway runs in the shared worker runtime like every other worker (`services/runtime.py`);
 its subjects are declared in the AsyncAPI document (`reminders asyncapi`), generated from the
 contracts, not from this code.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import orjson
 from nats.aio.client import Client
@@ -24,6 +29,8 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 from contracts.subjects import COMMAND_SUBJECTS, RPC_OP, last_token
 from contracts.tenants import TENANT_COMMAND_SUBJECTS, command_tenant
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
+from services.gateway.replies import overloaded_reply
+from services.gateway.rpc import rpc_error_response
 from services.gateway.service import CommandService
 
 log = logging.getLogger("reminders.gateway")
@@ -39,7 +46,7 @@ class CommandListener:
         nc: Client,
         service: CommandService,
         tracer: Tracer | None,
-        in_flight: int = 1024,
+        in_flight: int = 256,
     ) -> None:
         self._nc = nc
         self._service = service
@@ -67,11 +74,33 @@ class CommandListener:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _dispatch(self, message: Msg) -> None:
-        # Waiting for a slot here holds back the subscription: back-pressure, not a pile-up.
-        await self._slots.acquire()
+        if self._slots.locked():
+            await self._shed(message)
+            return
+        await self._slots.acquire()  # free: returns at once
         task = asyncio.create_task(self._serve(message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _shed(self, message: Msg) -> None:
+        """Answer a command the gateway has no room for (a JSON-RPC request as a JSON-RPC
+        error; a notification, or a request without a reply subject, gets nothing)."""
+        if not message.reply:
+            return
+        reply = overloaded_reply()
+        body: dict[str, Any] = reply
+        if last_token(message.subject) == RPC_OP:
+            try:
+                raw = orjson.loads(message.data)
+            except orjson.JSONDecodeError:
+                raw = None
+            if not isinstance(raw, dict) or "id" not in raw:
+                return
+            body = rpc_error_response(raw.get("id"), reply)
+        try:
+            await message.respond(orjson.dumps(body))
+        except Exception:  # the client times out and retries
+            log.exception("reply failed", extra={"op": "shed"})
 
     def _span(self, message: Msg) -> AbstractContextManager[Span | None]:
         """The command's consumer span; without a tracer (no exporter) none is made, and

@@ -18,6 +18,21 @@ def error_reply(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]
     ).to_wire()
 
 
+#: What an overloaded gateway tells the caller to wait: long enough for its queue to drain.
+OVERLOAD_RETRY_AFTER_MS = 200
+
+
+def overloaded_reply() -> dict[str, Any]:
+    """`unavailable` with `retry_after_ms` and `overloaded: true`: the gateway is serving as
+    many commands as it may, so this one was not taken (nothing was decided or appended)."""
+    return error_reply(
+        ErrorCode.UNAVAILABLE,
+        "the gateway is at capacity; retry after retry_after_ms",
+        retry_after_ms=OVERLOAD_RETRY_AFTER_MS,
+        overloaded=True,
+    )
+
+
 def unavailable_reply(maybe_applied: bool, retry_after_ms: int = RETRY_AFTER_MS) -> dict[str, Any]:
     """`unavailable` with `retry_after_ms`: the log could not take the command in time.
 

@@ -274,3 +274,8 @@ def _response(
     else:
         response["result"] = result
     return response
+
+
+def rpc_error_response(request_id: object, reply: dict[str, Any]) -> dict[str, Any]:
+    """A failed bus reply as the JSON-RPC response to request `request_id` (SPEC §8)."""
+    return _response(request_id, error=_reply_error(reply))
