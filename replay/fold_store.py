@@ -29,8 +29,9 @@ from core.projection import Record, SessionFold
 from services.adapters.records import decode_record, encode_state
 
 #: Sessions folded in memory at once by default. A folded session of ordinary traffic takes
-#: a few KiB as Python objects, so this keeps the cache near a hundred MiB at worst.
-DEFAULT_CACHE_SESSIONS = 8192
+#: about ten KiB as Python objects (its state's size is capped by the contract), so the
+#: cache stays a few tens of MiB.
+DEFAULT_CACHE_SESSIONS = 4096
 #: Share of the cache spilled at once when it is full (one SQLite transaction).
 _SPILL_SHARE = 8
 

@@ -5,14 +5,12 @@ projector, and a peak RSS that does not grow with the stream."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections import defaultdict
 
 import orjson
 from nats.aio.client import Client
 
+from bench.common import measured_command
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.stored import StoredEvent
@@ -159,35 +157,10 @@ async def test_rebuild_and_verify_beside_a_catching_up_projector(
 #: with every event; both measured figures are in docs/scaling.md.
 RSS_GROWTH_BOUND_MIB = 60
 
-_MEASURED = """
-import sys
-from cli.main import app
-try:
-    app(sys.argv[1:])
-except SystemExit as exit_:
-    code = exit_.code
-else:
-    code = 0
-# VmHWM, not ru_maxrss: a child's ru_maxrss counts its parent's RSS at the fork.
-with open("/proc/self/status") as status:
-    peak = next(line for line in status if line.startswith("VmHWM:")).split()[1]
-print("PEAK_RSS_MIB", int(peak) / 1024, file=sys.stderr)
-sys.exit(code)
-"""
-
 
 def peak_rss_mib(*args: str) -> float:
     """Run `reminders ARGS` in a fresh process; its peak RSS in MiB."""
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURED, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    line = next(line for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_MIB"))
-    return float(line.split()[1])
+    return measured_command(args, timeout_s=300)[1]
 
 
 async def test_rebuild_peak_memory_does_not_grow_with_the_stream(
