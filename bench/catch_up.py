@@ -255,7 +255,9 @@ def big_stream(
             result["projector_peak_rss_mib"] = peak
             result["projector_stages_us_per_event"] = stages
             partial(result)
+            started = time.perf_counter()
             checked, mismatches = asyncio.run(verify(server.url))
+            result["verify_events_per_s"] = rate(total, time.perf_counter() - started)
             result["verified_sessions"] = checked
             result["verify_mismatches"] = mismatches
             partial(result)

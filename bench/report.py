@@ -136,6 +136,18 @@ FIGURES: tuple[Figure, ...] = (
         "<=",
     ),
     Figure(
+        "verify_projection_100k",
+        "projector_100k",
+        "`verify-projection --all` over the 100k-session stream",
+        "events/s",
+        "verify_events_per_s",
+        0.5,
+        "ratio",
+        ">=",
+        "raw_ordered_msgs_per_s",
+        "raw ordered read, msgs/s",
+    ),
+    Figure(
         "replay_locality",
         "replay_locality",
         "replay of the long session inside the 100k-session stream vs alone",
