@@ -3,6 +3,7 @@ the same run (see bench/README.md).
 
     python -m bench [--quick] [--only NAME[,NAME]] [--output FILE] [size options]
     python -m bench --markdown [FILE]      # the results table of bench/README.md, from a file
+    python -m bench --compare OLD.json [NEW.json]   # A/B table of two results files
     python -m bench.docs [--check]         # every figure quoted in the docs, from bench/results/
 """
 
@@ -23,6 +24,7 @@ from bench import catch_up, effect_stats, write_path
 from bench.common import RESULTS
 from bench.providers_throughput import measure as providers_measure
 from bench.report import SCENARIOS, figures, markdown
+from bench.stages import compare
 from bench.traffic import Plan
 
 #: Sizes of a full run and of `--quick` (a smoke test: tiny, says nothing about speed).
@@ -70,6 +72,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         metavar="FILE",
         help="print the Markdown table of a results file and exit",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="OLD.json [NEW.json]: print an A/B table (NEW defaults to the full run's file)",
     )
     for name, value in FULL.items():
         parser.add_argument(
@@ -139,8 +148,8 @@ def run(
             done(out)
 
         keep(catch_up.big_stream(plan, catch_up=True, locality=True, partial=keep))
-    if "projector_100k" in selected or "replay_locality" in selected:
-        step("projector_100k / replay_locality")
+    if {"projector_100k", "replay_locality", "rebuild"} & set(selected):
+        step("projector_100k / replay_locality / rebuild")
         plan = Plan(n["sessions_100k"], sizes["commands_per_session_100k"], n["long_commands"])
 
         def share(result: dict[str, Any]) -> None:
@@ -153,6 +162,13 @@ def run(
                     "replay_alone_ms": result["replay_alone_ms"],
                     "replay_locality_ratio": result["replay_locality_ratio"],
                 }
+            if "rebuild" in selected and "rebuild_events_per_s" in result:
+                out["rebuild"] = {
+                    **{
+                        key: result[key] for key in ("sessions", "events", "raw_ordered_msgs_per_s")
+                    },
+                    **{key: value for key, value in result.items() if key.startswith("rebuild_")},
+                }
             done(out)
 
         share(
@@ -160,6 +176,7 @@ def run(
                 plan,
                 catch_up="projector_100k" in selected,
                 locality="replay_locality" in selected,
+                rebuild="rebuild" in selected,
                 partial=share,
             )
         )
@@ -169,6 +186,14 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     """Run, print one JSON object, write it under bench/results/."""
     args = parse(argv)
+    if args.compare:
+        old_file, *rest = args.compare
+        new_file = rest[0] if rest else RESULTS / "bench.json"
+        old_result, new_result = (
+            json.loads(f.read_text(encoding="utf-8")) for f in (old_file, new_file)
+        )
+        print(compare(old_result, new_result), end="")
+        return 0
     if args.markdown is not None:
         print(markdown(json.loads(args.markdown.read_text(encoding="utf-8"))), end="")
         return 0

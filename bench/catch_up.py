@@ -26,7 +26,14 @@ from typing import Any
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from bench.common import embedded_server, peak_rss_mib, provision_server, rate
+from bench.common import (
+    embedded_server,
+    measured_command,
+    peak_rss_mib,
+    provision_server,
+    rate,
+)
+from bench.stages import PROJECTOR_STAGES, stage_profile
 from bench.traffic import LONG_SESSION, MAX_BATCH, Plan, Traffic, append_all, generate
 from cli.supervisor import spawn_service, stop_all, wait_ready
 from replay.engine import replay
@@ -35,6 +42,7 @@ from replay.source import rows_from_nats
 from services.adapters.append import SessionAppend, publish_atomic
 from services.adapters.provisioning import consumer_info
 from services.adapters.settings import Settings
+from services.adapters.stages import PROFILE_ENV
 
 STREAM = "REMINDERS"
 SUBJECTS = "transcript.reminder.>"
@@ -110,13 +118,20 @@ async def _pending(url: str) -> int:
         await nc.close()
 
 
-def projector_catch_up(url: str) -> tuple[float, float, float]:
+def projector_catch_up(url: str) -> tuple[float, float, float, dict[str, float]]:
     """A projector process from zero to caught up: (events/s from its readiness over what was
-    still unsettled then, seconds from spawn to ready, peak RSS MiB). The process start is left
-    out of the rate: it is a constant, not a cost per event."""
+    still unsettled then, seconds from spawn to ready, peak RSS MiB, CPU µs per event by
+    stage: `stage_profile`). The process start is left out of the rate: it is a constant,
+    not a cost per event."""
     settings = Settings(nats_url=url)
     with tempfile.TemporaryDirectory() as logs:
-        projector = spawn_service("projector", settings, Path(logs) / "projector.log")
+        profile_path = Path(logs) / "stages.json"
+        projector = spawn_service(
+            "projector",
+            settings,
+            Path(logs) / "projector.log",
+            {PROFILE_ENV: str(profile_path)},
+        )
         try:
             spawned = time.perf_counter()
             wait_ready([projector], timeout_s=120)
@@ -127,7 +142,8 @@ def projector_catch_up(url: str) -> tuple[float, float, float]:
             peak = peak_rss_mib(projector.process.pid)
         finally:
             stop_all([projector])
-    return rate(pending, seconds), round(ready - spawned, 2), peak
+        stages = stage_profile(profile_path, "events", PROJECTOR_STAGES)
+    return rate(pending, seconds), round(ready - spawned, 2), peak, stages
 
 
 async def verify(url: str) -> tuple[int, int]:
@@ -182,11 +198,25 @@ def replay_alone_ms(traffic: Traffic) -> float:
         return asyncio.run(replay_ms(server.url, LONG_SESSION))[0]
 
 
+def rebuild_run(url: str, events: int) -> dict[str, Any]:
+    """`reminders rebuild` over the whole stream in its own process: events/s (wall, start-up
+    included), CPU µs per event and peak RSS."""
+    started = time.perf_counter()
+    cpu_s, peak = measured_command(["rebuild", "--nats", url], PHASE_TIMEOUT_S * 4)
+    seconds = time.perf_counter() - started
+    return {
+        "rebuild_events_per_s": rate(events, seconds),
+        "rebuild_cpu_us_per_event": round(cpu_s / max(1, events) * 1e6, 1),
+        "rebuild_peak_rss_mib": round(peak, 1),
+    }
+
+
 def big_stream(
     plan: Plan,
     *,
     catch_up: bool = True,
     locality: bool = True,
+    rebuild: bool = False,
     partial: Callable[[dict[str, Any]], object] = lambda _: None,
 ) -> dict[str, Any]:
     """Fill one stream per `plan`; measure the long session's replay against it alone
@@ -219,12 +249,20 @@ def big_stream(
             result["raw_fetch_ack_msgs_per_s"] = asyncio.run(fetch_and_ack(server.url, total))
             result["raw_ordered_msgs_per_s"] = asyncio.run(ordered_read(server.url, total))
             partial(result)
-            events_per_s, start_s, peak = projector_catch_up(server.url)
+            events_per_s, start_s, peak, stages = projector_catch_up(server.url)
             result["projector_events_per_s"] = events_per_s
             result["projector_start_s"] = start_s
             result["projector_peak_rss_mib"] = peak
+            result["projector_stages_us_per_event"] = stages
             partial(result)
+            started = time.perf_counter()
             checked, mismatches = asyncio.run(verify(server.url))
+            result["verify_events_per_s"] = rate(total, time.perf_counter() - started)
             result["verified_sessions"] = checked
             result["verify_mismatches"] = mismatches
+            partial(result)
+        if rebuild:
+            if "raw_ordered_msgs_per_s" not in result:
+                result["raw_ordered_msgs_per_s"] = asyncio.run(ordered_read(server.url, total))
+            result.update(rebuild_run(server.url, total))
     return result

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -133,3 +134,39 @@ def running_services(
             yield {service.name: service for service in services}
         finally:
             stop_all(services)
+
+
+#: Runs one `reminders` command in a fresh process and reports its own CPU time and peak RSS
+#: (VmHWM: a child's ru_maxrss would count its parent's RSS at the fork).
+_MEASURED_COMMAND = """
+import resource, sys
+from cli.main import app
+try:
+    app(sys.argv[1:])
+except SystemExit as exit_:
+    code = exit_.code
+else:
+    code = 0
+usage = resource.getrusage(resource.RUSAGE_SELF)
+with open("/proc/self/status") as status:
+    peak = next(line for line in status if line.startswith("VmHWM:")).split()[1]
+print("MEASURED", usage.ru_utime + usage.ru_stime, int(peak) / 1024, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def measured_command(args: Sequence[str], timeout_s: float) -> tuple[float, float]:
+    """`reminders ARGS` in a fresh process: (its CPU seconds, its peak RSS in MiB). Raises
+    `RuntimeError` with the end of its stderr when it fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED_COMMAND, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"reminders {args[0]} failed: {done.stderr[-1000:]}")
+    line = next(line for line in done.stderr.splitlines() if line.startswith("MEASURED"))
+    cpu_s, peak = (float(field) for field in line.split()[1:])
+    return cpu_s, peak

@@ -1,8 +1,9 @@
 """The write path through real service processes, beside raw nats-py baselines from the same run.
 
 - `write_gateway`: injects (with a dedupe key) from many sessions in parallel through a gateway
-  process; baseline: OCC plain publish (`js.publish` with the last-subject-sequence
-  expectation), as many sessions in parallel, one message per command.
+  process; baselines: OCC plain publish (`js.publish` with the last-subject-sequence
+  expectation), as many sessions in parallel, one message per command; and the null gateway
+  (`bench.null_gateway`) under the same load.
 - `write_all_services`: the same with every service running as `reminders up` runs them, and
   how far the projector is behind when the last reply arrives.
 - `sequential_latency`: one session, one inject after another; baseline: one single-message
@@ -14,12 +15,24 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import nats
 
-from bench.common import embedded_server, percentile, provision_server, rate, running_services
+from bench.common import (
+    CpuMeter,
+    embedded_server,
+    percentile,
+    provision_server,
+    rate,
+    running_services,
+)
 from bench.traffic import decide_session
 from cli.up import SERVICES
 from client.sdk import ReminderClient
@@ -116,23 +129,58 @@ async def projector_lag(url: str, since: float) -> tuple[int, float]:
         await nc.close()
 
 
+@contextmanager
+def null_gateway(url: str) -> Iterator[subprocess.Popen[str]]:
+    """`python -m bench.null_gateway URL` running and subscribed; stopped on exit."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.null_gateway", url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the null gateway did not start")
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
-    """Commands/s through a gateway process alone, and the OCC plain-publish baseline."""
+    """Commands/s through a gateway process alone, the null gateway (`bench.null_gateway`)
+    with the same load, and the OCC plain-publish baseline; each process's CPU µs per
+    command."""
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
         baseline = asyncio.run(occ_plain_publish(server.url, sessions, per_session))
-        with running_services(server.url, ["gateway"]):
+        with null_gateway(server.url) as process:
             asyncio.run(warm_up(server.url))
+            meter = CpuMeter({"null_gateway": process.pid})
+            null_rate, null_failed, _ = asyncio.run(
+                drive_injects(server.url, "null", sessions, per_session, in_flight)
+            )
+            null_cpu = meter.ms_per(sessions * per_session)["null_gateway"]
+        with running_services(server.url, ["gateway"]) as services:
+            asyncio.run(warm_up(server.url))
+            meter = CpuMeter({"gateway": services["gateway"].process.pid})
             measured, failed, _ = asyncio.run(
                 drive_injects(server.url, "gw", sessions, per_session, in_flight)
             )
+            gateway_cpu = meter.ms_per(sessions * per_session)["gateway"]
     return {
         "sessions": sessions,
         "commands": sessions * per_session,
         "in_flight_per_session": in_flight,
         "commands_per_s": measured,
         "failed_commands": failed,
+        "gateway_cpu_us_per_command": round(gateway_cpu * 1000, 1),
         "occ_plain_publish_per_s": baseline,
+        "null_gateway_per_s": null_rate,
+        "null_gateway_failed": null_failed,
+        "null_gateway_cpu_us_per_command": round(null_cpu * 1000, 1),
     }
 
 

@@ -32,6 +32,7 @@ from core import canonical_json
 from core.providers import ProvidersConfigError
 from replay.engine import Cut, replay
 from replay.errors import ReplayError
+from replay.fold_store import DEFAULT_CACHE_SESSIONS
 from replay.report import html_report, text_report
 from replay.runtime_events import runtime_events_from_file, runtime_events_from_nats
 from replay.scope import AuditScope, ScopeError
@@ -113,25 +114,39 @@ def run(make: Callable[[], Awaitable[T]]) -> T:
 
 @contextmanager
 def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr; yields an `update(done, total)` callback.
+    """A rich progress bar on stderr; yields an `update(done, total)` callback."""
+    with stage_bars(bar=description) as update:
+        yield lambda done, total: update("bar", done, total)
+
+
+@contextmanager
+def stage_bars(**descriptions: str) -> Iterator[Callable[[str, int, int], None]]:
+    """Rich progress bars on stderr, one per stage of a long job (named by keyword, shown
+    in that order); yields `update(stage, done, total)`.
 
     Only on a terminal: redirected, rich would leave a blank line on stderr (even a transient
     bar does), and a log file has no use for a bar.
     """
     with Progress(
-        TextColumn(description),
+        TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=stderr,
         disable=not stderr.is_terminal,
     ) as progress:
-        task = progress.add_task(description, total=None)
+        tasks = {stage: progress.add_task(text, total=None) for stage, text in descriptions.items()}
 
-        def update(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=max(total, done))
+        def update(stage: str, done: int, total: int) -> None:
+            progress.update(tasks[stage], completed=done, total=max(total, done))
 
         yield update
+
+
+CACHE_HELP = (
+    "Sessions folded in memory at once; the rest wait in a temporary file, so memory stays "
+    "bounded whatever the stream's size."
+)
 
 
 def write_output(text: str, output: Path | None) -> None:
@@ -340,6 +355,9 @@ def rebuild_command(
     bucket: str = typer.Option(
         DEFAULT_BUCKET, "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
     ),
+    cache_sessions: int = typer.Option(
+        DEFAULT_CACHE_SESSIONS, "--cache-sessions", min=1, help=CACHE_HELP
+    ),
 ) -> None:
     """Rebuild the whole projection from the log (safe while the services run)."""
     from replay.rebuild import rebuild
@@ -351,8 +369,8 @@ def rebuild_command(
         try:
             await require_stream(nc, stream)
             await require_bucket(nc, bucket)
-            with progress_bar("rebuilding") as update:
-                report = await rebuild(nc, stream, bucket, update)
+            with stage_bars(reading="reading the log", writing="writing sessions") as update:
+                report = await rebuild(nc, stream, bucket, update, cache_sessions)
         finally:
             await nc.close()
         stderr.print(
@@ -376,6 +394,9 @@ def verify_projection_command(
         DEFAULT_BUCKET, "--bucket", envvar="REMINDERS_KV_BUCKET", help="Projection bucket."
     ),
     tenant: str | None = TENANT_OPTION,
+    cache_sessions: int = typer.Option(
+        DEFAULT_CACHE_SESSIONS, "--cache-sessions", min=1, help=CACHE_HELP
+    ),
 ) -> None:
     """Compare every projected state with a replay of the log; exit 1 on any mismatch."""
     from replay.rebuild import verify_projection
@@ -395,9 +416,9 @@ def verify_projection_command(
             await require_bucket(nc, bucket)
             if session_id is not None:
                 await _require_known_session(nc, stream, bucket, session_id)
-            with progress_bar("verifying") as update:
+            with stage_bars(reading="reading the log", checking="checking sessions") as update:
                 checked, mismatches = await verify_projection(
-                    nc, stream, bucket, token, update, scope
+                    nc, stream, bucket, token, update, cache_sessions, scope
                 )
         finally:
             await nc.close()

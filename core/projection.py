@@ -153,41 +153,72 @@ def project(
     return record, judgement
 
 
+class SessionFold:
+    """`project` over one session's events as they come, in stream order; after a gap,
+    later ones wait.
+
+    A run of applied events is folded into one scratch and frozen only when `record` is
+    asked for, so a run costs one copy of the state, not one per event (`core.fold`). A
+    streaming reader (`reminders rebuild`) keeps one per session it is folding and feeds it
+    event by event; `project_all` is the same over a list.
+    """
+
+    __slots__ = ("_blocked", "_record", "_scratch")
+
+    def __init__(self, record: Record) -> None:
+        self._record: Record = record
+        self._scratch: Scratch | None = None
+        self._blocked = False
+
+    def add(self, item: StoredEvent | Unreadable, *, gap_is_final: bool = True) -> Judgement:
+        """Judge one stored event and fold it in when it applies."""
+        current = self._record if self._scratch is None else self._scratch
+        event, judgement, new_life = _judge(
+            current, item, after_gap=self._blocked, gap_is_final=gap_is_final
+        )
+        if new_life:
+            self._record = None
+        if event is not None:
+            if self._scratch is None:
+                record = self._record
+                self._scratch = Scratch.thaw(
+                    record if isinstance(record, SessionState) else SessionState()
+                )
+            apply_event(self._scratch, event, item.stream_seq)
+        elif judgement.verdict is Verdict.POISON and parse_event_subject(item.subject) is not None:
+            if self._scratch is None:
+                self._record = degrade(self._record, item.stream_seq, judgement.code)
+            elif self._scratch.degraded is None:
+                self._scratch.degraded = DegradedMark(
+                    stream_seq=item.stream_seq, code=judgement.code
+                )
+        self._blocked = self._blocked or judgement.verdict is Verdict.GAP
+        return judgement
+
+    @property
+    def record(self) -> Record:
+        """The record after every event added so far."""
+        if self._scratch is not None:
+            self._record = self._scratch.freeze()
+            self._scratch = None
+        return self._record
+
+
 def project_all(
     record: Record,
     stored: Sequence[StoredEvent | Unreadable],
     *,
     gap_is_final: Sequence[bool] | None = None,
 ) -> tuple[Record, list[Judgement]]:
-    """`project` over one session's events in stream order; after a gap, later ones wait.
+    """`project` over one session's events in stream order; after a gap, later ones wait
+    (`SessionFold`).
 
     `gap_is_final[i]` says whether a gap at event i is final; without it every gap is (what
     a rebuild or a verification wants: the log read is all there is).
     """
-    judgements: list[Judgement] = []
-    blocked = False
-    # A run of applied events is folded into one scratch and frozen once at the end, so a
-    # batch costs one copy of the state, not one per event (`core.fold`).
-    scratch: Scratch | None = None
-    for index, item in enumerate(stored):
-        final = True if gap_is_final is None else gap_is_final[index]
-        current = record if scratch is None else scratch
-        event, judgement, new_life = _judge(current, item, after_gap=blocked, gap_is_final=final)
-        if new_life:
-            record = None
-        if event is not None:
-            if scratch is None:
-                scratch = Scratch.thaw(
-                    record if isinstance(record, SessionState) else SessionState()
-                )
-            apply_event(scratch, event, item.stream_seq)
-        elif judgement.verdict is Verdict.POISON and parse_event_subject(item.subject) is not None:
-            if scratch is None:
-                record = degrade(record, item.stream_seq, judgement.code)
-            elif scratch.degraded is None:
-                scratch.degraded = DegradedMark(stream_seq=item.stream_seq, code=judgement.code)
-        blocked = blocked or judgement.verdict is Verdict.GAP
-        judgements.append(judgement)
-    if scratch is not None:
-        record = scratch.freeze()
-    return record, judgements
+    folding = SessionFold(record)
+    judgements = [
+        folding.add(item, gap_is_final=True if gap_is_final is None else gap_is_final[index])
+        for index, item in enumerate(stored)
+    ]
+    return folding.record, judgements

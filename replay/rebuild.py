@@ -1,15 +1,24 @@
 """`reminders rebuild` and `reminders verify-projection` (SPEC §7.2).
 
-Rebuild reads the whole stream once and projects every session afresh with the projector's
-own rules (`core.projection.project_all`), then writes each with compare-and-set. It is safe
-while services run: a session whose projection is already ahead of what was read is left to
-the live projector, and a write that loses a race is re-read and retried.
+Both read the whole stream once, in order, and fold every session from nothing with the
+projector's own rules (`core.projection.SessionFold`) in bounded memory (`replay.fold_store`:
+a cache of sessions being folded, the rest spilled to a temporary file). Only then do they
+touch the bucket, session by session, a bounded number at a time:
+
+- rebuild writes each folded record with compare-and-set on the revision it read. It is safe
+  while services run: a session whose projection is already ahead of what was read (a
+  greater `stream_seq`) is left to the live projector; a write that loses a race is re-read
+  and decided again; a session forgotten meanwhile (a tombstone) is folded again from the
+  tombstone with the session's own events.
+- verify-projection compares each projected state with the fold of the session's events up
+  to that state's `stream_seq`: the fold of the whole read when the state covers it, else
+  the session's events read again on their own.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import nats
@@ -18,14 +27,20 @@ from nats.aio.client import Client
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.stored import StoredEvent
-from contracts.subjects import last_token
+from contracts.subjects import EVENT_PREFIX, session_token
 from core.projection import Record, project_all
+from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore
 from replay.scope import AuditScope
-from replay.source import EVENT_FILTER, iterate_stream
+from replay.source import EVENT_FILTER, iterate_stream, stored_row
 from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
+from services.adapters.session_read import iterate_direct, session_messages
 
-Progress = Callable[[int, int], None]
 FLEET = AuditScope()
+#: `progress(stage, done, total)`: stage "reading" counts events, "writing" and "checking"
+#: count sessions.
+StageProgress = Callable[[str, int, int], None]
+#: Sessions written or checked at once (each a read and a write or compare of the bucket).
+SESSIONS_IN_FLIGHT = 64
 
 
 def project(start: Record, rows: list[StoredEvent]) -> Record:
@@ -34,14 +49,46 @@ def project(start: Record, rows: list[StoredEvent]) -> Record:
     return record
 
 
-async def read_all_sessions(
-    nc: Client, stream: str, progress: Progress | None = None
-) -> dict[str, list[StoredEvent]]:
-    """Every event of the stream, grouped by session token, in stream order."""
-    sessions: dict[str, list[StoredEvent]] = defaultdict(list)
-    async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=progress):
-        sessions[last_token(row.subject)].append(row)
-    return dict(sessions)
+async def fold_stream(
+    nc: Client,
+    stream: str,
+    store: FoldStore,
+    progress: StageProgress | None = None,
+) -> int:
+    """Fold every event of the stream into `store`; returns how many sessions it holds."""
+    reading = None if progress is None else lambda done, total: progress("reading", done, total)
+    async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=reading):
+        store.add(row)
+    return store.finish()
+
+
+async def session_rows(
+    nc: Client, stream: str, token: str, session_id: str | None, through_seq: int
+) -> list[StoredEvent]:
+    """One session's events up to `through_seq`, read on their own: along the session's
+    back-pointers when its id is known (cost grows with the session), else by its subject."""
+    if session_id is not None and session_token(session_id) == token:
+        messages, _ = await session_messages(nc, stream, session_id, batch=2048)
+    else:
+        subject_filter = f"{EVENT_PREFIX}.*.{token}"
+        messages = [raw async for raw in iterate_direct(nc, stream, subject_filter, batch=2048)]
+    return [stored_row(raw) for raw in messages if raw.stream_seq <= through_seq]
+
+
+async def _each(
+    store: FoldStore,
+    total: int,
+    stage: str,
+    handle: Callable[[FoldedSession], Awaitable[None]],
+    progress: StageProgress | None,
+) -> None:
+    """`handle` every folded session, `SESSIONS_IN_FLIGHT` at once."""
+    done = 0
+    for chunk in store.sessions(SESSIONS_IN_FLIGHT):
+        await asyncio.gather(*(handle(folded) for folded in chunk))
+        done += len(chunk)
+        if progress is not None:
+            progress(stage, done, total)
 
 
 @dataclass
@@ -55,31 +102,45 @@ class RebuildReport:
 
 
 async def rebuild(
-    nc: Client, stream: str, bucket: str, progress: Progress | None = None
+    nc: Client,
+    stream: str,
+    bucket: str,
+    progress: StageProgress | None = None,
+    cache_sessions: int = DEFAULT_CACHE_SESSIONS,
 ) -> RebuildReport:
     """Project every session from the log into the bucket."""
-    store = KvSessionStore(await nc.jetstream().key_value(bucket))
+    kv = KvSessionStore(await nc.jetstream().key_value(bucket))
     report = RebuildReport()
-    for token, rows in (await read_all_sessions(nc, stream, progress)).items():
+
+    async def write(folded: FoldedSession) -> None:
         for _attempt in range(10):
-            value, revision = await store.read(token)
+            value, revision = await kv.read(folded.token)
             current = decode_record(value)
-            start = current if isinstance(current, Tombstone) else None
-            record = project(start, rows)
+            record = folded.record
+            if isinstance(current, Tombstone):
+                # Forgotten since (or before) the read: only a new life after the purge counts.
+                session_id = record.session_id if isinstance(record, SessionState) else None
+                rows = await session_rows(nc, stream, folded.token, session_id, folded.last_seq)
+                record = project(current, rows)
             if isinstance(record, Tombstone) or record is None:
                 report.tombstoned += 1
-                break
+                return
             if isinstance(current, SessionState) and current.stream_seq > record.stream_seq:
                 report.left_to_live_projector += 1
-                break
+                return
             try:
-                await store.write(token, encode_state(record), revision)
+                await kv.write(folded.token, encode_state(record), revision)
             except StaleRevision:
                 continue
             report.written += 1
             if record.degraded is not None:
-                report.degraded.append(token)
-            break
+                report.degraded.append(folded.token)
+            return
+
+    with FoldStore(cache_sessions) as store:
+        total = await fold_stream(nc, stream, store, progress)
+        await _each(store, total, "writing", write, progress)
+    report.degraded.sort()
     return report
 
 
@@ -91,52 +152,95 @@ class Mismatch:
     reason: str
 
 
+async def _judge_projection(
+    nc: Client, stream: str, current: Record, folded: FoldedSession
+) -> str | None:
+    """Why the projected `current` is not the fold of the session's events up to its
+    `stream_seq` (None when it is)."""
+    if isinstance(current, Tombstone):
+        if folded.events and folded.first_seq <= current.purged_through:
+            return "tombstoned but events are still in the log"
+        return None
+    if current is None:
+        return f"{folded.events} event(s) but no projection" if folded.events else None
+    expected = folded.record
+    if current.stream_seq != folded.last_seq:
+        # The projection stops elsewhere than the read did (a projector behind or ahead of
+        # it, events skipped after a poison one): fold the session's own events up to it.
+        rows = await session_rows(nc, stream, folded.token, current.session_id, current.stream_seq)
+        expected = project(None, rows)
+    if not isinstance(expected, SessionState) or encode_state(expected) != encode_state(current):
+        return f"projection differs from a replay up to {current.stream_seq}"
+    return None
+
+
 async def verify_projection(
     nc: Client,
     stream: str,
     bucket: str,
     only_token: str | None = None,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
+    cache_sessions: int = DEFAULT_CACHE_SESSIONS,
     scope: AuditScope = FLEET,
 ) -> tuple[int, list[Mismatch]]:
     """Compare each projected state with a replay of its events up to the state's stream_seq
-    (of the sessions within `scope`: one tenant's, or all)."""
-    kv = await nc.jetstream().key_value(bucket)
-    sessions = await read_all_sessions(nc, stream, progress)
-    sessions = {token: rows for token, rows in sessions.items() if scope.rows(rows[:1])}
-    try:
-        keys = set(await kv.keys())
-    except nats.js.errors.NoKeysError:
-        keys = set()
-    tokens = sorted((keys | set(sessions)) if only_token is None else {only_token})
+    (of the sessions within `scope`: one tenant's, or all); returns how many were checked."""
+    kv = KvSessionStore(await nc.jetstream().key_value(bucket))
     mismatches: list[Mismatch] = []
     checked = 0
-    for token in tokens:
-        try:
-            current = decode_record((await kv.get(token)).value)
-        except nats.js.errors.KeyNotFoundError:
-            current = None
-        rows = sessions.get(token, [])
-        mine = bool(rows) or (
-            isinstance(current, SessionState) and scope.covers(current.session_id)
+
+    def in_scope(record: object) -> bool:
+        return scope.tenant is None or (
+            isinstance(record, SessionState) and scope.covers(record.session_id)
         )
-        if scope.tenant is not None and not mine:
-            continue  # a key of another tenant's session (or a bare tombstone)
+
+    async def check(folded: FoldedSession) -> None:
+        nonlocal checked
+        value, _ = await kv.read(folded.token)
+        current = decode_record(value)
+        if not (in_scope(folded.record) or (folded.events == 0 and in_scope(current))):
+            return  # another tenant's session (or a bare tombstone)
         checked += 1
-        if isinstance(current, Tombstone):
-            if any(r.stream_seq <= current.purged_through for r in rows):
-                mismatches.append(Mismatch(token, "tombstoned but events are still in the log"))
-            continue
-        if current is None:
-            if rows:
-                mismatches.append(Mismatch(token, f"{len(rows)} event(s) but no projection"))
-            continue
-        covered = [row for row in rows if row.stream_seq <= current.stream_seq]
-        expected = project(None, covered)
-        if not isinstance(expected, SessionState) or encode_state(expected) != encode_state(
-            current
-        ):
-            mismatches.append(
-                Mismatch(token, f"projection differs from a replay up to {current.stream_seq}")
-            )
+        reason = await _judge_projection(nc, stream, current, folded)
+        if reason is not None:
+            mismatches.append(Mismatch(folded.token, reason))
+
+    if only_token is not None:
+        rows = await session_rows(nc, stream, only_token, None, 2**63)
+        await check(_folded_alone(only_token, rows))
+        return checked, mismatches
+    with FoldStore(cache_sessions) as store:
+        total = await fold_stream(nc, stream, store, progress)
+        await _each(store, total, "checking", check, progress)
+        # A projection whose session the read found no event of.
+        bucket_kv = await nc.jetstream().key_value(bucket)
+        unread = [token async for token in _keys(bucket_kv) if token not in store]
+        for start in range(0, len(unread), SESSIONS_IN_FLIGHT):
+            chunk = unread[start : start + SESSIONS_IN_FLIGHT]
+            await asyncio.gather(*(check(FoldedSession(t, None, 0, 0, 0)) for t in chunk))
+    mismatches.sort(key=lambda mismatch: mismatch.token)
     return checked, mismatches
+
+
+def _folded_alone(token: str, rows: Iterable[StoredEvent]) -> FoldedSession:
+    """One session's events folded from nothing, as the whole-stream read would have."""
+    listed = list(rows)
+    return FoldedSession(
+        token,
+        project(None, listed),
+        listed[0].stream_seq if listed else 0,
+        listed[-1].stream_seq if listed else 0,
+        len(listed),
+    )
+
+
+async def _keys(kv: nats.js.kv.KeyValue) -> AsyncIterator[str]:
+    """Every key of the bucket with a value (not deleted), as the watch delivers them."""
+    watcher = await kv.watchall(ignore_deletes=True, meta_only=True)
+    try:
+        async for entry in watcher:
+            if entry is None:  # the watch has delivered every current value
+                return
+            yield entry.key
+    finally:
+        await watcher.stop()  # type: ignore[no-untyped-call]

@@ -143,11 +143,16 @@ async def iterate_stream(
 
 
 def _row(raw: RawStored, stats: ReadStats) -> StoredEvent:
-    """A stored message as a row (a body that is not a JSON object gets no schema, so the
-    replay names it), counted in `stats`."""
+    """A stored message as a row (`stored_row`), counted in `stats`."""
     if stats.delivered == 0:
         stats.matching_at_start = raw.pending + 1
     stats.delivered += 1
+    return stored_row(raw)
+
+
+def stored_row(raw: RawStored) -> StoredEvent:
+    """A stored message as a row; a body that is not a JSON object gets no schema, so the
+    replay names it (and the projector's rules judge it poison)."""
     try:
         envelope = orjson.loads(raw.data)
     except orjson.JSONDecodeError:

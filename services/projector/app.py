@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
+from services.adapters import stages
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.records import KvSessionStore
 from services.adapters.settings import Settings
@@ -77,6 +78,8 @@ class ProjectorWorker:
         pin_id: str | None = None
         stopping = asyncio.ensure_future(stop.wait())
         while not stop.is_set():
+            profile = stages.PROFILE
+            since = 0.0 if profile is None else profile.now()
             fetch = asyncio.ensure_future(
                 next_batch(nc, source.stream, source.durable, GROUP, FETCH_BATCH, pin_id)
             )
@@ -94,6 +97,9 @@ class ProjectorWorker:
                 continue
             if not messages:
                 continue
+            if profile is not None:
+                # Nothing else runs while a fetch is awaited: its CPU is the receive's.
+                profile.add("receive", since)
             try:
                 await self._project([source.wrap(message) for message in messages])
             except Exception as exc:  # NATS away mid-batch: what was not acked is redelivered
@@ -103,6 +109,8 @@ class ProjectorWorker:
 
     async def _project(self, deliveries: list[NatsDelivery]) -> None:
         assert self.projector is not None and self.metrics is not None and self.tracer
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         spans = [consumer_span(self.tracer, d.subject, d.headers, DURABLE) for d in deliveries]
         try:
             report = await self.projector.process(list(deliveries))
@@ -110,6 +118,12 @@ class ProjectorWorker:
             for span in spans:
                 if span is not None:
                     span.end()
+        if profile is not None:
+            # The whole batch: `process` less its bracketed stages is the KV reads and
+            # writes with the scheduling around them (sessions run concurrently).
+            profile.add("batch", since)
+            profile.count("events", len(deliveries))
+            profile.count("batches")
         metrics = self.metrics
         metrics.lag[0] = deliveries[-1].num_pending
         metrics.apply_latency.record(self.projector.last_apply_latency_s)
@@ -121,3 +135,5 @@ class ProjectorWorker:
 
     async def stop(self, runtime: Runtime) -> None:
         """Nothing of its own to release: unacked messages are redelivered."""
+        if stages.PROFILE is not None:
+            stages.PROFILE.write()

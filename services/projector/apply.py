@@ -31,6 +31,7 @@ from contracts.state import SessionState
 from contracts.stored import StoredEvent, Unreadable, read_stored
 from contracts.subjects import last_token
 from core.projection import Record, Verdict, project_all
+from services.adapters import stages
 from services.adapters.records import StaleRevision, decode_record, encode_state
 
 __all__ = ["Delivery", "Projector", "StaleRevision", "Verdict", "token_of"]
@@ -170,9 +171,15 @@ class Projector:
         self, token: str, deliveries: list[Delivery], report: BatchReport
     ) -> None:
         started = time.perf_counter()
+        profile = stages.PROFILE
         slot = await self._slot(token)
+        since = 0.0 if profile is None else profile.now()
         stored = stored_of(deliveries)
+        if profile is not None:
+            since = profile.add("parse", since)
         record, verdicts, poison = self._decide(slot.record, deliveries, stored)
+        if profile is not None:
+            profile.add("validate_chain_fold", since)
         if self._cache_looks_stale(slot, deliveries, verdicts):
             # Someone else wrote the bucket (a forget's tombstone, another replica): re-read.
             slot = await self._slot(token, fresh=True)
@@ -196,7 +203,10 @@ class Projector:
                 break
             try:
                 assert record is not None
+                since = 0.0 if profile is None else profile.now()
                 value = encode_state(record) if isinstance(record, SessionState) else b""
+                if profile is not None:
+                    profile.add("encode", since)
                 revision = await self._store.write(token, value, slot.revision)
             except StaleRevision:
                 report.cas_retries += 1
@@ -208,12 +218,16 @@ class Projector:
             self._remember(token, slot)
             report.sessions_written += 1
             break
+        since = 0.0 if profile is None else profile.now()
         for delivery, verdict in zip(deliveries, verdicts, strict=True):
             report.verdicts[verdict] += 1
             if verdict is Verdict.GAP:
                 await delivery.nak(self._gap_delay_s)
             else:
                 await delivery.ack()
+        if profile is not None:
+            # An ack only fills the client's write buffer: nothing else runs in between.
+            profile.add("ack", since)
         self.last_apply_latency_s = time.perf_counter() - started
 
     @staticmethod

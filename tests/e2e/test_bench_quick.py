@@ -37,6 +37,27 @@ def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path)
         assert isinstance(figure["met"], bool), key
         if figure["baseline"] is not None:
             assert isinstance(figure["ratio"], int | float), key
+    scenarios = printed["scenarios"]
+    assert scenarios["write_gateway"]["null_gateway_per_s"] > 0
+    assert scenarios["write_gateway"]["null_gateway_failed"] == 0
+    assert scenarios["rebuild"]["rebuild_peak_rss_mib"] > 0
+    for name in ("projector_10k", "projector_100k"):
+        stages = scenarios[name]["projector_stages_us_per_event"]
+        assert stages["total"] > 0 and stages["validate_chain_fold"] > 0, (name, stages)
+    # The A/B table of a run against itself: every figure, every stage profile, no change.
+    compared = subprocess.run(
+        [sys.executable, "-m", "bench", "--compare", str(output), str(output)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    for figure in printed["figures"].values():
+        assert f"| {figure['what']} |" in compared
+    assert "projector_10k `projector_stages_us_per_event`" in compared
+    assert "| validate_chain_fold |" in compared
+    assert "+0 %" in compared
 
 
 def test_the_markdown_table_has_a_row_per_figure(tmp_path: Path) -> None:

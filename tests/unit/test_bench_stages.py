@@ -1,0 +1,38 @@
+"""The stage profile's arithmetic and the A/B table (`bench.stages`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.stages import PROJECTOR_STAGES, compare, stage_profile
+
+
+def test_stages_are_per_unit_and_the_remainders_are_what_no_bracket_covered(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "stages.json"
+    seconds = {"receive": 1.0, "parse": 0.5, "validate_chain_fold": 2.0, "encode": 0.5}
+    seconds |= {"ack": 0.25, "batch": 4.0}
+    path.write_text(
+        json.dumps({"seconds": seconds, "units": {"events": 1000}, "process_cpu_s": 6.0})
+    )
+    profile = stage_profile(path, "events", PROJECTOR_STAGES)
+    assert profile["receive"] == 1000.0
+    assert profile["kv_and_scheduling"] == 750.0  # batch less the four stages inside it
+    assert profile["other"] == 1000.0  # process less receive and batch
+    assert profile["total"] == 6000.0
+    assert stage_profile(tmp_path / "missing.json", "events", PROJECTOR_STAGES) == {}
+
+
+def test_compare_lists_each_figure_and_stage_with_its_change() -> None:
+    def run(value: float, fold: float) -> dict[str, object]:
+        return {
+            "run": {"at": "t"},
+            "figures": {"x": {"what": "projector catch-up", "value": value, "ratio": 0.5}},
+            "scenarios": {"projector_10k": {"projector_stages_us_per_event": {"fold": fold}}},
+        }
+
+    table = compare(run(100.0, 50.0), run(150.0, 25.0))
+    assert "| projector catch-up | 100 | 150 | +50 % | 0.50 | 0.50 |" in table
+    assert "| fold | 50.00 | 25.00 | -50 % |" in table
