@@ -8,12 +8,15 @@ from typing import Any
 from contracts.events import ProviderEvaluated
 from contracts.spec import ReminderSpec, ResolvedSpec
 from contracts.state import PendingRow, SessionState
+from contracts.stored import read_stored
 from core import CoreConfig, fold
 from core.canonical import canonical_bytes, canonical_json
-from core.rules import unchanged_durable
+from core.projection import project_all
+from core.rules import reply_op, unchanged_durable
 from core.size import spec_bytes
-from tests.support import Driver
+from tests.support import Driver, session_log, stored
 from tests.unit.test_mutation_gaps import inherit_into
+from tests.unit.test_rules_mutation_gaps import applied, degraded_copy_of
 
 
 def evaluation(provider_id: str = "p", **fields: Any) -> dict[str, Any]:
@@ -113,3 +116,14 @@ def test_fold_records_the_stream_sequence_it_is_given() -> None:
     driver = Driver()
     driver.inject("x")
     assert fold(SessionState(), driver.log[0], 7).stream_seq == 7
+
+
+def test_project_all_keeps_the_state_a_first_poison_message_degrades() -> None:
+    state = applied(stored(session_log())[:2])
+    unreadable = read_stored(b"{not json", 9, "transcript.reminder.fired.s1")
+    after, _ = project_all(state, [unreadable])
+    degraded_copy_of(state, after, 9, "undecodable")
+
+
+def test_a_reply_of_no_known_command_has_no_op() -> None:
+    assert reply_op({"ok": True, "session_seq": 1}) is None
