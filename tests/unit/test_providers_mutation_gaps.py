@@ -661,3 +661,19 @@ def test_workspace_anchor_from_config_on_session_start_and_its_level_on_budget()
         "predicate_false",
         850,
     )
+
+
+def test_a_rule_with_several_unknown_options_names_them_all() -> None:
+    with pytest.raises(ProvidersConfigError) as refused:
+        parse_config(
+            '[[rules]]\nid = "r"\nwhen = { once = true }\nreminder = { body = "b" }\n'
+            "colour = 1\nshade = 2\n"
+        )
+    assert refused.value.message == "unknown option(s): colour, shade"
+
+
+def test_grounded_review_without_exit_code_or_failure_lines_does_not_fire() -> None:
+    out = Session().send(
+        "tool_result", {"tool_name": "pytest", "truncated": False, "output_tail": "all good"}
+    )
+    assert dict((e.provider_id, e.reason) for e in out)["grounded_review"] == "predicate_false"

@@ -116,3 +116,15 @@ def test_spec_bytes_adds_the_stored_size_of_each_string_to_the_skeleton() -> Non
     assert spec_bytes(spec) >= json_bytes(spec.model_dump(mode="json"))
     bare = ResolvedSpec.resolve(parse_reminder({"body": "b"})[0], id="r", fired_at_turn=0)
     assert spec_bytes(bare) == SPEC_SKELETON_BYTES + 1 + 1
+
+
+def test_check_fits_accepts_a_worst_case_equal_to_the_limit_and_names_the_event() -> None:
+    largest = worst_case(CoreConfig()).largest()
+    assert check_fits(CoreConfig(max_payload_bytes=largest), largest) is None
+    assert check_fits(CoreConfig(max_payload_bytes=largest - 1), largest - 1) is not None
+    limit = 662_681  # one byte below the default worst-case event
+    problem = check_fits(CoreConfig(max_payload_bytes=limit), limit)
+    assert problem is not None and problem.startswith(
+        f"size bounds could break the invariant: a worst-case event is 662682 bytes, "
+        f"max_payload is {limit} "
+    )
