@@ -88,7 +88,7 @@ def plugin_provider(provider_id: str, fn: PluginFn, raw_config: Mapping[str, Any
         )
 
     once = bool(getattr(fn, "once", False))
-    return Provider(provider_id, kinds, call, dict(raw_config), once, "plugin")
+    return Provider(provider_id, kinds, call, dict(raw_config), once)
 
 
 def _provider_list(value: object) -> list[str]:

@@ -62,4 +62,3 @@ class Provider:
     fn: ProviderFn
     config: Mapping[str, Any] = field(default_factory=dict)
     once: bool = False
-    kind: str = "builtin"  # builtin | rule | plugin

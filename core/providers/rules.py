@@ -28,7 +28,6 @@ from contracts.spec import parse_reminder
 from contracts.state import SessionState
 from core.providers.builtins import ConfigProblem
 from core.providers.model import PROVIDER_SOURCE, Provider, ProviderResult, fired, skipped
-from core.rules import once_latched
 
 #: Time bound of one content_pattern match.
 MATCH_TIMEOUT_S = 0.05
@@ -41,7 +40,8 @@ _RULE_KEYS = frozenset({"id", "when", "reminder"})
 def evaluate_rule(
     view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]
 ) -> ProviderResult:
-    """All given predicates hold → fire, unless a `once` rule already fired in the session."""
+    """All given predicates hold → fire. A `once` rule that already fired in the session is
+    latched by `evaluate_event`, as every `once` provider is."""
     payload = event.payload
     assert isinstance(payload, UserTurn)
     every = config.get("every_n_turns")
@@ -55,8 +55,6 @@ def evaluate_rule(
             return ProviderResult("provider_error", error="pattern_timeout: content_pattern match")
         if not matched:
             return skipped("predicate_false")
-    if once_latched(view.providers, str(config["id"]), once=bool(config.get("once"))):
-        return skipped("once_latched")
     return fired(config["reminder"])
 
 
@@ -104,7 +102,6 @@ def rule(raw: object) -> Provider:
         raise ConfigProblem(f"rule {rule_id}: once must be true or false")
     if not once and len(config) == 1:
         raise ConfigProblem(f"rule {rule_id}: when must name a predicate")
-    config["once"] = once
     reminder = raw.get("reminder")
     if not isinstance(reminder, Mapping):
         raise ConfigProblem(f"rule {rule_id}: reminder must be a table")
@@ -114,4 +111,4 @@ def rule(raw: object) -> Provider:
     except ReminderError as exc:
         raise ConfigProblem(f"rule {rule_id}: reminder: {exc.message}") from None
     config["reminder"] = spec
-    return Provider(rule_id, frozenset({"user_turn"}), evaluate_rule, config, once, "rule")
+    return Provider(rule_id, frozenset({"user_turn"}), evaluate_rule, config, once)

@@ -1,0 +1,129 @@
+"""Behaviour that mutation testing of the split core (`core/deciders/`, `core/fold.py`,
+`core/canonical.py`) showed no other unit test pins down (docs/mutation-testing.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.events import ProviderEvaluated
+from contracts.spec import ReminderSpec, ResolvedSpec
+from contracts.state import PendingRow, SessionState
+from contracts.stored import read_stored
+from core import CoreConfig, fold
+from core.canonical import canonical_bytes, canonical_json
+from core.projection import project_all
+from core.rules import reply_op, unchanged_durable
+from core.size import spec_bytes
+from tests.support import Driver, session_log, stored
+from tests.unit.test_mutation_gaps import inherit_into
+from tests.unit.test_rules_mutation_gaps import applied, degraded_copy_of
+
+
+def evaluation(provider_id: str = "p", **fields: Any) -> dict[str, Any]:
+    return {"provider_id": provider_id, "event": "budget", **fields}
+
+
+def evaluate(driver: Driver, *evaluations: dict[str, Any], event_id: str = "rt") -> list[Any]:
+    decision = driver.run(
+        "evaluate", turn=3, runtime_event_id=event_id, evaluations=list(evaluations)
+    )
+    assert decision.ok, decision.reply
+    return [e.payload for e in decision.events if isinstance(e.payload, ProviderEvaluated)]
+
+
+def test_a_fired_evaluation_without_a_reminder_is_malformed_spec() -> None:
+    (result,) = evaluate(Driver(), evaluation(fired=True, reason="fired"))
+    assert (result.reason, result.error, result.fired) == (
+        "malformed_spec",
+        "HARN-RMD-006 a fired evaluation carries no reminder",
+        False,
+    )
+
+
+def test_an_evaluation_that_did_not_fire_cannot_claim_it_fired() -> None:
+    (result,) = evaluate(Driver(), evaluation(fired=False, reason="fired"))
+    assert (result.reason, result.error) == ("provider_error", "an evaluation that did not fire")
+
+
+def test_one_provider_firing_twice_in_one_event_gets_two_reminders() -> None:
+    driver = Driver()
+    fire = evaluation(fired=True, reason="fired", reminder={"body": "b", "dedupe_key": None})
+    results = evaluate(driver, fire, {**fire, "reminder": {"body": "c"}})
+    assert [r.reason for r in results] == ["fired", "fired"]
+    assert len({r.reminder_id for r in results}) == 2 and len(driver.state.pending) == 2
+
+
+def test_a_refused_evaluation_records_the_level_the_log_holds() -> None:
+    driver = Driver()
+    fire = evaluation(fired=True, reason="fired", once=True, level=5, reminder={"body": "b"})
+    assert evaluate(driver, fire)[0].reason == "fired"
+    (again,) = evaluate(driver, {**fire, "level": 7}, event_id="rt2")
+    assert (again.reason, again.level) == ("once_latched", 5)
+
+
+def test_the_fold_counts_evaluations_and_records_the_turn_a_provider_last_fired() -> None:
+    driver = Driver()
+    evaluate(driver, evaluation(fired=True, reason="fired", reminder={"body": "b"}))
+    evaluate(driver, evaluation("q", fired=False, reason="predicate_false"), event_id="rt2")
+    providers = driver.state.providers
+    assert providers is not None and providers.evaluations == 2
+    assert providers.marks["p"].last_fired_turn == 3
+
+
+def test_a_float_with_an_exponent_is_written_the_canonical_way() -> None:
+    for value in (
+        {"x": 1e20},
+        {"x": 1.5e-7},
+        {"a": "e+", "b": 1e20, "c": "e+ e+"},
+        {"a": "the.", "b": 2.5},
+    ):
+        assert canonical_bytes(value) == canonical_json(value).encode("utf-8"), value
+
+
+def test_inherit_takes_a_reminder_that_fills_the_child_budget_exactly() -> None:
+    parent = Driver("parent")
+    parent.inject("from parent", id="p", propagate="all")
+    handoff = parent.run("handoff", child_session_id="child").events[0]
+    probe = Driver("child")
+    inherit_into(probe, handoff)
+    size = spec_bytes(probe.state.pending[0].spec)
+    exact = Driver("child", config=CoreConfig(max_session_bytes=size))
+    assert inherit_into(exact, handoff)["inherited_ids"] == ["p"]
+    short = Driver("child", config=CoreConfig(max_session_bytes=size - 1))
+    assert inherit_into(short, handoff)["skipped_ids"] == ["p"]
+
+
+def test_a_durable_reminder_is_unchanged_only_with_the_same_key_and_body() -> None:
+    def durable(body: str, key: str) -> Any:
+        spec = ReminderSpec(body=body, dedupe_key=key, preserve_on_compact=True)
+        return ResolvedSpec.resolve(spec, id=f"{key}-{body}", fired_at_turn=0)
+
+    live = [
+        PendingRow(
+            spec=durable("same", "k1"),
+            ttl_remaining=None,
+            delivered=False,
+            delivered_at_turn=None,
+            audit_only=False,
+        )
+    ]
+    assert unchanged_durable(live, durable("same", "k1"))
+    assert not unchanged_durable(live, durable("same", "k2"))
+    assert not unchanged_durable(live, durable("other", "k1"))
+
+
+def test_fold_records_the_stream_sequence_it_is_given() -> None:
+    driver = Driver()
+    driver.inject("x")
+    assert fold(SessionState(), driver.log[0], 7).stream_seq == 7
+
+
+def test_project_all_keeps_the_state_a_first_poison_message_degrades() -> None:
+    state = applied(stored(session_log())[:2])
+    unreadable = read_stored(b"{not json", 9, "transcript.reminder.fired.s1")
+    after, _ = project_all(state, [unreadable])
+    degraded_copy_of(state, after, 9, "undecodable")
+
+
+def test_a_reply_of_no_known_command_has_no_op() -> None:
+    assert reply_op({"ok": True, "session_seq": 1}) is None

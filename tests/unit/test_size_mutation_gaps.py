@@ -1,0 +1,130 @@
+"""Tests that close gaps mutation testing found in `core/size.py` (docs/mutation-testing.md).
+
+The worst case and the state bound decide which configurations a service starts with and
+when `decide` may skip measuring a state, so their figures are pinned: a change to either
+formula must be deliberate and show up here."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.errors import ErrorCode, ReminderError
+from contracts.spec import ResolvedSpec, parse_reminder
+from core.config import CoreConfig
+from core.size import (
+    SPEC_SKELETON_BYTES,
+    WorstCase,
+    check_fits,
+    fits,
+    json_bytes,
+    spec_bytes,
+    state_upper_bound,
+    worst_case,
+)
+
+
+def test_the_worst_case_of_the_defaults_and_of_a_small_configuration() -> None:
+    assert worst_case(CoreConfig()) == WorstCase(event=662_682, reply=788_232, state=717_826)
+    small = CoreConfig(
+        max_live=3, max_session_bytes=5000, max_envelope_bytes=2000, max_user_text_bytes=100
+    )
+    assert worst_case(small) == WorstCase(event=18_099, reply=7_177, state=420_202)
+
+
+def test_the_largest_of_a_worst_case_is_whichever_part_is_largest() -> None:
+    assert WorstCase(event=3, reply=1, state=2).largest() == 3
+    assert WorstCase(event=1, reply=3, state=2).largest() == 3
+    assert WorstCase(event=1, reply=2, state=3).largest() == 3
+
+
+def test_the_state_bound_counts_every_kind_of_row_and_id() -> None:
+    counts = {
+        "rows": 1,
+        "delivered_rows": 2,
+        "delivered_ids": 3,
+        "replies": 4,
+        "history_ids": 5,
+        "inherited": 6,
+    }
+    assert state_upper_bound(CoreConfig(), **counts) == 673_588
+    empty = state_upper_bound(CoreConfig(), **dict.fromkeys(counts, 0))
+    steps = {
+        name: state_upper_bound(CoreConfig(), **{**dict.fromkeys(counts, 0), name: 1}) - empty
+        for name in counts
+    }
+    assert steps == {
+        "rows": 160,
+        "delivered_rows": 240,
+        "delivered_ids": 515,
+        "replies": 1058,
+        "history_ids": 515,
+        "inherited": 1027,
+    }
+
+
+def test_json_bytes_is_the_utf8_length_of_canonical_json() -> None:
+    assert json_bytes({"b": "é", "a": [1, 2]}) == len('{"a":[1,2],"b":"é"}'.encode())
+
+
+def test_fits_refuses_one_byte_over_the_limit_with_the_sizes() -> None:
+    fits("state", 10, 10)
+    with pytest.raises(ReminderError) as refused:
+        fits("state", 11, 10)
+    assert refused.value.code is ErrorCode.TOO_LARGE
+    assert refused.value.message == "the state would be 11 bytes; the server's max_payload is 10"
+    assert refused.value.details == {"limit": 10, "size": 11}
+
+
+def test_a_configuration_dominated_by_its_envelope_has_that_worst_case() -> None:
+    envelope_heavy = CoreConfig(
+        max_session_bytes=1000, max_envelope_bytes=100_000, max_user_text_bytes=10, max_live=2
+    )
+    assert worst_case(envelope_heavy) == WorstCase(event=209_286, reply=202_122, state=416_042)
+
+
+@pytest.mark.parametrize(
+    ("user_text", "envelope", "limit", "part", "size"),
+    [
+        (100_000, 1000, 500_000, "reply", 604_062),
+        (10, 100_000, 300_000, "state", 416_042),
+    ],
+)
+def test_check_fits_names_the_first_part_that_would_not_fit(
+    user_text: int, envelope: int, limit: int, part: str, size: int
+) -> None:
+    config = CoreConfig(
+        max_session_bytes=1000,
+        max_envelope_bytes=envelope,
+        max_user_text_bytes=user_text,
+        max_live=2,
+        max_payload_bytes=limit,
+    )
+    assert check_fits(config, limit) == (
+        f"size bounds could break the invariant: a worst-case {part} is {size} bytes, "
+        f"max_payload is {limit} (lower REMINDERS_MAX_SESSION_BYTES, "
+        "REMINDERS_MAX_ENVELOPE_BYTES, REMINDERS_MAX_USER_TEXT_BYTES or REMINDERS_MAX_LIVE)"
+    )
+
+
+def test_spec_bytes_adds_the_stored_size_of_each_string_to_the_skeleton() -> None:
+    full, _ = parse_reminder(
+        {"body": "héllo", "tags": ["a", "b"], "dedupe_key": 'k"', "originating_agent_id": "ag"}
+    )
+    spec = ResolvedSpec.resolve(full, id="r1", fired_at_turn=0)
+    # body 6 (é is 2 bytes), id 2, dedupe key 3 (the quote is escaped), agent 2, tags 2 × (1 + 3)
+    assert spec_bytes(spec) == SPEC_SKELETON_BYTES + 6 + 2 + 3 + 2 + 8
+    assert spec_bytes(spec) >= json_bytes(spec.model_dump(mode="json"))
+    bare = ResolvedSpec.resolve(parse_reminder({"body": "b"})[0], id="r", fired_at_turn=0)
+    assert spec_bytes(bare) == SPEC_SKELETON_BYTES + 1 + 1
+
+
+def test_check_fits_accepts_a_worst_case_equal_to_the_limit_and_names_the_event() -> None:
+    largest = worst_case(CoreConfig()).largest()
+    assert check_fits(CoreConfig(max_payload_bytes=largest), largest) is None
+    assert check_fits(CoreConfig(max_payload_bytes=largest - 1), largest - 1) is not None
+    limit = 662_681  # one byte below the default worst-case event
+    problem = check_fits(CoreConfig(max_payload_bytes=limit), limit)
+    assert problem is not None and problem.startswith(
+        f"size bounds could break the invariant: a worst-case event is 662682 bytes, "
+        f"max_payload is {limit} "
+    )
