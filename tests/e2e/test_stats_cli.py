@@ -26,7 +26,8 @@ def test_the_table_over_every_session_of_an_export(tmp_path: Path) -> None:
     result = reminders("stats", "--all", "--from", str(export))
     assert result.returncode == 0, result.stderr
     text = result.stdout.decode()
-    assert "over 4 session(s)" in text and "hook · — · tests" in text
+    sessions = len(list(GOLDEN_DIR.glob("*.events.jsonl")))  # one session per golden log
+    assert f"over {sessions} session(s)" in text and "hook · — · tests" in text
     assert "all reminders" in text
 
 

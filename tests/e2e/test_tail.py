@@ -151,7 +151,12 @@ def test_tail_prints_the_demo_session_and_refuses_bad_input_in_one_line(demo_up:
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["seq", "turn", "kind", "reminder", "authority", "body"]
-    assert len(lines) == 1 + 21  # the header and the demo session's 21 events
+    # The header, then one line per event of the demo session, in order.
+    everything = tail(demo_up, "demo-session", "--format", "jsonl").stdout.splitlines()
+    assert len(everything) >= 21 and len(lines) == 1 + len(everything)
+    assert [orjson.loads(line)["session_seq"] for line in everything] == list(
+        range(1, len(everything) + 1)
+    )
     assert re.match(r"\s+1\s+0\s+injected\s+\S+\s+corrective\s+Token budget", lines[1])
     assert any(" fired " in line and "Work only inside" in line for line in lines)
 

@@ -43,15 +43,15 @@ class DropsOneEventOfABatch(GroupCommitter):
         super().__init__(nc)
         self.left = times
 
-    async def commit(self, append: SessionAppend) -> list[int]:
+    async def commit(self, append: SessionAppend, timeout_s: float | None = None) -> list[int]:
         if self.left > 0 and len(append.events) >= 2:
             self.left -= 1
             short = dataclasses.replace(
                 append, events=append.events[:-1], encoded=append.encoded[:-1]
             )
-            seqs = await super().commit(short)
+            seqs = await super().commit(short, timeout_s)
             return [*seqs, seqs[-1] + 1]
-        return await super().commit(append)
+        return await super().commit(append, timeout_s)
 
 
 class RepliesBeforeTheAck(GroupCommitter):
@@ -62,12 +62,12 @@ class RepliesBeforeTheAck(GroupCommitter):
         self.every = every
         self.calls = 0
 
-    async def commit(self, append: SessionAppend) -> list[int]:
+    async def commit(self, append: SessionAppend, timeout_s: float | None = None) -> list[int]:
         self.calls += 1
         if self.calls % self.every == 0:
             base = append.expected_last_seq + 1_000_000
             return list(range(base, base + len(append.events)))
-        return await super().commit(append)
+        return await super().commit(append, timeout_s)
 
 
 class InProcess:
