@@ -25,7 +25,9 @@ from nats.aio.client import Client
 from client.sdk import ReminderClient
 from contracts.errors import ReminderError
 from contracts.stored import StoredEvent
-from replay.rebuild import read_all_sessions, verify_projection
+from contracts.subjects import last_token
+from replay.rebuild import verify_projection
+from replay.source import EVENT_FILTER, iterate_stream
 from replay.verify import verify
 from tests.faults.checker import INDETERMINATE_CODES, Anomaly, Event, Op, Report, check
 
@@ -262,7 +264,9 @@ async def logs_of(
     nc: Client, stream: str
 ) -> tuple[dict[str, list[Event]], dict[str, list[StoredEvent]]]:
     """Every session's events (checker form, and as stored), read from the stream."""
-    stored = await read_all_sessions(nc, stream)
+    stored: dict[str, list[StoredEvent]] = {}
+    async for row in iterate_stream(nc, stream, EVENT_FILTER):
+        stored.setdefault(last_token(row.subject), []).append(row)
     logs: dict[str, list[Event]] = {}
     by_session: dict[str, list[StoredEvent]] = {}
     for rows in stored.values():
