@@ -91,6 +91,10 @@ def observer_consumers(settings: Settings) -> list[DurableConsumer]:
     return [durable_consumer(settings.stream, DURABLE, EVENT_SUBJECTS, max_ack_pending=1000)]
 
 
+#: Why a render held an eligible reminder back (SPEC §12.1), the `reason` label's values.
+WITHHELD_REASONS = ("shed", "muted", "not_yet")
+
+
 @dataclass
 class ObserverMetrics:
     """Dashboard-ready instruments: no custom code needed downstream."""
@@ -141,6 +145,9 @@ class ObserverMetrics:
         # with their first kind and reason).
         metrics.live.add(0)
         metrics.ttl_expiries.add(0)
+        metrics.neutralized.add(0)
+        for reason in WITHHELD_REASONS:
+            metrics.withheld.add(0, {"reason": reason})
         return metrics
 
     def _held_back(self, summary: ev.RenderSummary | None) -> None:

@@ -33,6 +33,7 @@ UNITLESS = {
     "reminders_projector_lag",
     "reminders_live",
     "reminders_group_commit_commands",
+    "reminders_envelope_tokens",  # estimated tokens: a count, named by what it counts
 }
 
 
