@@ -406,15 +406,17 @@ def _prepare_mute(body: dict[str, Any]) -> dict[str, Any]:
         ) from None
 
 
-def _check_sanitize_size(body: dict[str, Any]) -> None:
-    text = body.get("text")
-    if isinstance(text, str) and len(text) > MAX_SANITIZE_TEXT_BYTES // 4:
+def _check_text_bytes(body: dict[str, Any], field: str, limit: int) -> None:
+    """`too_large` for a text field over `limit` UTF-8 bytes (SPEC §4.1.1). Cheap first: a
+    text of at most limit // 4 characters fits whatever its characters."""
+    text = body.get(field)
+    if isinstance(text, str) and len(text) > limit // 4:
         size = len(text.encode("utf-8", "surrogatepass"))
-        if size > MAX_SANITIZE_TEXT_BYTES:
+        if size > limit:
             raise ReminderError(
                 ErrorCode.TOO_LARGE,
-                f"text is {size} bytes; the bound is {MAX_SANITIZE_TEXT_BYTES}",
-                {"field": "text", "limit": MAX_SANITIZE_TEXT_BYTES},
+                f"{field} is {size} bytes; the bound is {limit}",
+                {"field": field, "limit": limit},
             )
 
 
@@ -458,22 +460,13 @@ def parse_command(
     elif cls is Mute:
         body = _prepare_mute(body)
     elif cls is Sanitize:
-        _check_sanitize_size(body)
+        _check_text_bytes(body, "text", MAX_SANITIZE_TEXT_BYTES)
     elif cls is Checkpoint and isinstance(body.get("seam"), str):
         seam = SEAM_ALIASES.get(body["seam"])
         if seam is None:
             raise _reject(f"unknown seam: {body['seam'][:64]!r}", "seam")
         body["seam"] = seam
-    user_text = body.get("user_text")
-    if isinstance(user_text, str) and len(user_text) > max_user_text_bytes // 4:
-        # Cheap first: a text of at most max // 4 characters fits whatever its characters.
-        size = len(user_text.encode("utf-8", "surrogatepass"))
-        if size > max_user_text_bytes:
-            raise ReminderError(
-                ErrorCode.TOO_LARGE,
-                f"user_text is {size} bytes; the bound is {max_user_text_bytes}",
-                {"field": "user_text", "limit": max_user_text_bytes},
-            )
+    _check_text_bytes(body, "user_text", max_user_text_bytes)
     try:
         command = cls.model_validate(body)
     except ValidationError as exc:
