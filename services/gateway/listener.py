@@ -1,8 +1,9 @@
 """The gateway's command subscription: a plain nats-py queue subscription on `reminders.v1.*`.
 
 Commands are the write hot path, and group commit needs many of them in flight at once, so
-each message is handed to its own task, with a bound on the commands in flight and one
-consumer span per command when spans are exported at all. Past the bound a command is shed:
+each message is handed to its own task, with a bound on the commands in flight (queries
+have their own bound on waiting reads) and one consumer span per command when spans are
+exported at all. Past the bound a command is shed:
 answered `unavailable` with `retry_after_ms` at once, never queued, so under overload the
 admitted commands keep their latency and no queue grows without bound (a blocked callback
 would leave messages piling up in the client's pending buffer, each older than its caller's
@@ -31,7 +32,7 @@ from contracts.tenants import TENANT_COMMAND_SUBJECTS, command_tenant
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
 from services.gateway.replies import overloaded_reply
 from services.gateway.rpc import rpc_error_response
-from services.gateway.service import CommandService
+from services.gateway.service import QUERY_OPS, CommandService
 
 log = logging.getLogger("reminders.gateway")
 
@@ -74,11 +75,15 @@ class CommandListener:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _dispatch(self, message: Msg) -> None:
-        if self._slots.locked():
+        # Queries wait for the projection under their own bound (per replica and per
+        # session, SPEC §4.10): a flood of long waits must not take the commands' places.
+        slot = last_token(message.subject) not in QUERY_OPS
+        if slot and self._slots.locked():
             await self._shed(message)
             return
-        await self._slots.acquire()  # free: returns at once
-        task = asyncio.create_task(self._serve(message))
+        if slot:
+            await self._slots.acquire()  # free: returns at once
+        task = asyncio.create_task(self._serve(message, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -123,7 +128,7 @@ class CommandListener:
             otel_context.attach(extract_context(message.headers))
         return nullcontext()
 
-    async def _serve(self, message: Msg) -> None:
+    async def _serve(self, message: Msg, slot: bool = True) -> None:
         op = last_token(message.subject)
         # Tenants (SPEC §10.1): the server let the caller publish only on its tenant's subjects.
         # A subject of neither shape names no tenant (""), which the service refuses.
@@ -140,4 +145,5 @@ class CommandListener:
         except Exception:  # a reply could not be sent; the client times out and retries
             log.exception("reply failed", extra={"op": op[:64]})
         finally:
-            self._slots.release()
+            if slot:
+                self._slots.release()

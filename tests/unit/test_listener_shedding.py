@@ -71,3 +71,24 @@ def test_past_the_bound_a_command_is_answered_overloaded_at_once() -> None:
         assert replies.sent["in.after"]["ok"] is True
 
     asyncio.run(run())
+
+
+def test_queries_take_no_command_place_and_are_never_shed_here() -> None:
+    """A flood of long `state` waits has its own bound (rate_limited, SPEC §4.10); it must
+    not fill the places of commands, nor be shed as overload."""
+
+    async def run() -> None:
+        service, replies = SlowService(), Replies()
+        listener = CommandListener(
+            cast(Any, None), cast(CommandService, service), tracer=None, in_flight=1
+        )
+        for n in range(5):
+            await listener._dispatch(message(replies, "reminders.v1.state", f"q.{n}"))
+        await listener._dispatch(message(replies, "reminders.v1.inject", "cmd"))
+        await asyncio.sleep(0)
+        assert replies.sent == {} and service.served == 6
+        service.release.set()
+        await asyncio.gather(*listener._tasks)
+        assert all(replies.sent[f"q.{n}"]["ok"] for n in range(5))
+
+    asyncio.run(run())

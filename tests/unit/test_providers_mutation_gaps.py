@@ -303,27 +303,15 @@ def test_only_a_built_in_can_be_disabled() -> None:
 
 
 def test_too_many_providers_names_them_and_the_limit() -> None:
+    # SPEC §9.4: rules and plug-ins count, built-ins do not.
     rules = "".join(
         f'[[rules]]\nid = "r{n}"\nwhen = {{ once = true }}\nreminder = {{ body = "b" }}\n'
-        for n in range(2)
+        for n in range(9)
     )
     with pytest.raises(ProvidersConfigError) as refused:
         parse_config(rules)
-    assert refused.value.details == {
-        "enabled": [
-            "token_pressure",
-            "idle_nudge",
-            "tool_output_truncated",
-            "post_compact_recap",
-            "resume_continuity",
-            "workspace_anchor",
-            "grounded_review",
-            "r0",
-            "r1",
-        ],
-        "limit": 8,
-    }
-    assert refused.value.message == "9 distinct providers and rules are enabled; at most 8"
+    assert refused.value.details == {"enabled": [f"r{n}" for n in range(9)], "limit": 8}
+    assert refused.value.message == "9 distinct rules and plug-ins are enabled; at most 8"
 
 
 # --- the plug-in adapter --------------------------------------------------------------------
@@ -348,7 +336,11 @@ def test_a_plug_in_sees_the_view_the_event_and_its_own_config() -> None:
     view = SessionState(session_id="s1")
     (evaluation,) = run_plugin(plugin, view=view)
     assert seen == [("s1", "session_idle", {"word": "hi"})]
-    assert (evaluation.fired, evaluation.reminder) == (True, {"body": "hello"})
+    # A plug-in's reminder gets the provider defaults (SPEC §9.3.1): source and fire turn.
+    assert (evaluation.fired, evaluation.reminder) == (
+        True,
+        {"source": "stdlib_provider", "fired_at_turn": 1, "body": "hello"},
+    )
 
 
 def test_a_plug_in_subscribes_to_what_it_names_or_else_to_every_kind() -> None:
@@ -400,9 +392,10 @@ def test_a_disabled_built_in_keeps_its_place_in_the_evaluation_order() -> None:
     order = [provider.id for provider in config.order]
     assert order[0] == "token_pressure" and order[-2:] == ["a", "b"]
     out = evaluate_event(SessionState(), runtime("budget", budget(1)), config)
+    # The anchor fires on every budget reading while it is set (SPEC §9.3.1).
     assert [(e.provider_id, e.reason) for e in out] == [
         ("token_pressure", "disabled"),
-        ("workspace_anchor", "predicate_false"),
+        ("workspace_anchor", "fired"),
     ]
 
 
@@ -532,9 +525,10 @@ def test_workspace_anchor_on_budget_repeats_the_anchor_line_of_the_live_reminder
         "Keep file paths and commands inside this workspace."
     ]
     out = s.send("budget", budget(171_000))
+    # The anchor keeps no threshold latch: it fires on every reading (SPEC §9.3.1).
     assert [(e.provider_id, e.reason, e.level) for e in out] == [
         ("token_pressure", "fired", 850),
-        ("workspace_anchor", "fired", 850),
+        ("workspace_anchor", "fired", None),
     ]
     assert s.live()[-1].body == (
         "Workspace anchor: /w\nKeep file paths and commands inside this workspace."
@@ -655,12 +649,9 @@ def test_workspace_anchor_from_config_on_session_start_and_its_level_on_budget()
         "Workspace anchor: /cfg\nKeep file paths and commands inside this workspace."
     )
     assert s.send("budget", budget(171_000))[1].reason == "fired"
-    again = s.send("budget", budget(172_000))[1]
-    assert (again.provider_id, again.reason, again.level) == (
-        "workspace_anchor",
-        "predicate_false",
-        850,
-    )
+    again = s.send("budget", budget(172_000))[1]  # every reading, no latch (SPEC §9.3.1)
+    assert (again.provider_id, again.reason, again.level) == ("workspace_anchor", "fired", None)
+    assert [spec.dedupe_key for spec in s.live()].count("workspace_anchor") == 1
 
 
 def test_a_rule_with_several_unknown_options_names_them_all() -> None:

@@ -24,11 +24,13 @@ from core.size import (
 
 
 def test_the_worst_case_of_the_defaults_and_of_a_small_configuration() -> None:
-    assert worst_case(CoreConfig()) == WorstCase(event=662_682, reply=788_232, state=717_826)
+    # Since SPEC §12: the render summary in delivered events and render replies, and the
+    # mutes, acknowledgements and fired ids in the state.
+    assert worst_case(CoreConfig()) == WorstCase(event=798_778, reply=921_096, state=806_274)
     small = CoreConfig(
         max_live=3, max_session_bytes=5000, max_envelope_bytes=2000, max_user_text_bytes=100
     )
-    assert worst_case(small) == WorstCase(event=18_099, reply=7_177, state=420_202)
+    assert worst_case(small) == WorstCase(event=19_454, reply=9_746, state=508_650)
 
 
 def test_the_largest_of_a_worst_case_is_whichever_part_is_largest() -> None:
@@ -45,8 +47,10 @@ def test_the_state_bound_counts_every_kind_of_row_and_id() -> None:
         "replies": 4,
         "history_ids": 5,
         "inherited": 6,
+        "mutes": 0,
+        "acknowledged": 0,
     }
-    assert state_upper_bound(CoreConfig(), **counts) == 673_588
+    assert state_upper_bound(CoreConfig(), **counts) == 673_652
     empty = state_upper_bound(CoreConfig(), **dict.fromkeys(counts, 0))
     steps = {
         name: state_upper_bound(CoreConfig(), **{**dict.fromkeys(counts, 0), name: 1}) - empty
@@ -59,6 +63,8 @@ def test_the_state_bound_counts_every_kind_of_row_and_id() -> None:
         "replies": 1058,
         "history_ids": 515,
         "inherited": 1027,
+        "mutes": 2762,
+        "acknowledged": 563,
     }
 
 
@@ -79,14 +85,14 @@ def test_a_configuration_dominated_by_its_envelope_has_that_worst_case() -> None
     envelope_heavy = CoreConfig(
         max_session_bytes=1000, max_envelope_bytes=100_000, max_user_text_bytes=10, max_live=2
     )
-    assert worst_case(envelope_heavy) == WorstCase(event=209_286, reply=202_122, state=416_042)
+    assert worst_case(envelope_heavy) == WorstCase(event=213_394, reply=204_176, state=504_490)
 
 
 @pytest.mark.parametrize(
     ("user_text", "envelope", "limit", "part", "size"),
     [
-        (100_000, 1000, 500_000, "reply", 604_062),
-        (10, 100_000, 300_000, "state", 416_042),
+        (100_000, 1000, 500_000, "reply", 606_116),
+        (10, 100_000, 300_000, "state", 504_490),
     ],
 )
 def test_check_fits_names_the_first_part_that_would_not_fit(
@@ -122,9 +128,9 @@ def test_check_fits_accepts_a_worst_case_equal_to_the_limit_and_names_the_event(
     largest = worst_case(CoreConfig()).largest()
     assert check_fits(CoreConfig(max_payload_bytes=largest), largest) is None
     assert check_fits(CoreConfig(max_payload_bytes=largest - 1), largest - 1) is not None
-    limit = 662_681  # one byte below the default worst-case event
+    limit = 798_777  # one byte below the default worst-case event
     problem = check_fits(CoreConfig(max_payload_bytes=limit), limit)
     assert problem is not None and problem.startswith(
-        f"size bounds could break the invariant: a worst-case event is 662682 bytes, "
+        f"size bounds could break the invariant: a worst-case event is 798778 bytes, "
         f"max_payload is {limit} "
     )
