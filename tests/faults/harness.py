@@ -21,6 +21,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from cli.embedded import EmbeddedNats, EmbeddedServerError, free_port, nats_server_binary
+from cli.provision import provision_all
 from cli.supervisor import ServiceProcess, spawn_service, wait_ready
 from client.sdk import ReminderClient
 from contracts.decode import decode
@@ -29,6 +30,7 @@ from contracts.events import HandedOff
 from contracts.state import SessionState
 from core import fold_all
 from replay.rebuild import verify_projection
+from services.adapters.connection import connect
 from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
@@ -315,6 +317,16 @@ class LogCheck:
     gaps: list[str]
     wrong_seq: list[str]
     events: int
+
+
+async def provision_cluster(settings: Settings, name: str) -> None:
+    """Provision a cluster that may still be forming: `provision_all` itself retries, within
+    its bound, while the meta leader is being elected (no suitable peers, timeouts)."""
+    nc = await connect(settings, name)
+    try:
+        await provision_all(nc, settings)
+    finally:
+        await nc.close()
 
 
 async def check_log(nc: Client, settings: Settings, load: Load) -> LogCheck:

@@ -35,7 +35,6 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from cli.provision import provision_all
 from client.sdk import ReminderClient
 from services.adapters.connection import connect
 from services.adapters.settings import Settings
@@ -47,6 +46,7 @@ from tests.faults.harness import (
     check_log,
     handoffs_inherited,
     projection_clean,
+    provision_cluster,
 )
 from tests.processes import ServiceRunner
 
@@ -234,18 +234,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 async def cluster_settings(cluster: Cluster) -> AsyncIterator[Settings]:
     """Settings naming all three nodes, streams provisioned at R3."""
     settings = Settings.from_env({}, nats_url=cluster.url, replicas=3)
-    nc = await connect(settings, "faults-provision")
-    try:
-        for attempt in range(40):  # bounded: the meta leader is elected within seconds
-            try:
-                await provision_all(nc, settings)
-                break
-            except Exception:
-                if attempt == 39:
-                    raise
-                await asyncio.sleep(0.5)
-    finally:
-        await nc.close()
+    await provision_cluster(settings, "faults-provision")
     return settings
 
 

@@ -23,7 +23,6 @@ import pytest
 from nats.aio.client import Client
 
 from cli.embedded import free_port
-from cli.provision import provision_all
 from contracts.decode import decode
 from services.adapters.connection import connect
 from services.adapters.session_read import read_session
@@ -31,7 +30,7 @@ from services.adapters.settings import Settings
 from services.gateway.committer import GroupCommitter
 from services.gateway.failover import Failover
 from services.gateway.service import CommandService
-from tests.faults.harness import ClusterNode
+from tests.faults.harness import ClusterNode, provision_cluster
 
 FAILOVER_AFTER_S = 2.0
 TIMEOUT_S = 2.0
@@ -130,21 +129,6 @@ async def proxied_cluster(tmp_path: Path) -> AsyncIterator[tuple[list[ProxiedNod
             await link.stop()
 
 
-async def _provisioned(settings: Settings) -> None:
-    nc = await connect(settings, "failover-provision")
-    try:
-        for attempt in range(40):  # bounded: the meta leader is elected within seconds
-            try:
-                await provision_all(nc, settings)
-                return
-            except Exception:
-                if attempt == 39:
-                    raise
-                await asyncio.sleep(0.5)
-    finally:
-        await nc.close()
-
-
 def _node_of(nc: Client, nodes: list[ProxiedNode]) -> int:
     url = nc.connected_url
     assert url is not None
@@ -162,7 +146,7 @@ async def test_a_gateway_on_an_isolated_node_fails_over_and_commits_again(
         request_timeout_s=TIMEOUT_S,
         failover_after_s=FAILOVER_AFTER_S,
     )
-    await _provisioned(settings)
+    await provision_cluster(settings, "failover-provision")
     nc = await connect(settings, "failover-gateway")
     failover = Failover(nc, settings.failover_after_s)
     committer = GroupCommitter(nc, timeout_s=TIMEOUT_S, failover=failover)
