@@ -11,6 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,11 +29,13 @@ from contracts.subjects import (
     DEFAULT_STREAM,
     session_token,
 )
+from contracts.tenants import DEFAULT_TENANT
 from core import canonical_json
 from core.providers import ProvidersConfigError
 from replay.engine import Cut, replay
 from replay.errors import ReplayError
 from replay.fold_store import DEFAULT_CACHE_SESSIONS
+from replay.gateway_source import GatewaySource, verify_through_gateway
 from replay.report import html_report, text_report
 from replay.runtime_events import runtime_events_from_file, runtime_events_from_nats
 from replay.scope import AuditScope, ScopeError
@@ -82,6 +85,30 @@ TENANT_OPTION: Any = typer.Option(
     "--tenant",
     help="Audit one tenant's sessions (ids as its hosts know them); default: the fleet.",
 )
+
+
+GATEWAY_OPTION: Any = typer.Option(
+    False,
+    "--through-gateway",
+    help="Read through the gateway, as a tenant's auditor (`T_auditor`) may: the tenant of "
+    "--tenant (else `default`); the output is the fleet auditor's direct read's.",
+)
+
+
+def via_gateway(
+    nats_url: str, scope: AuditScope, read: Callable[[GatewaySource], Awaitable[T]]
+) -> T:
+    """`read` through the gateway on the scope's tenant's subjects (SPEC §10.1), with the
+    caller's own credentials; errors are one line."""
+
+    async def go() -> T:
+        nc = await connect_for_replay(nats_url, _credentials())
+        try:
+            return await read(GatewaySource(nc, scope.tenant or DEFAULT_TENANT))
+        finally:
+            await nc.close()
+
+    return run(go)
 
 
 def audit_scope(tenant: str | None) -> AuditScope:
@@ -227,21 +254,29 @@ def replay_command(
         help="--verify with --nats: the runtime event stream.",
     ),
     tenant: str | None = TENANT_OPTION,
+    through_gateway: bool = GATEWAY_OPTION,
 ) -> None:
     """Reconstruct one session's state from its log, byte for byte, and explain it."""
-    session_id = audit_scope(tenant).session_id(session_id)  # tenants (SPEC §10.1)
+    scope = audit_scope(tenant)
+    given, session_id = session_id, scope.session_id(session_id)  # tenants (SPEC §10.1)
     runtime_events: dict[str, RuntimeEvent] = {}
     if runtime_events_file is not None:
         if not runtime_events_file.exists():
             fail(f"no such file: {runtime_events_file}")
         runtime_events = runtime_events_from_file(runtime_events_file)
     nats_url = one_source(from_file, nats_flag)
+    if through_gateway and nats_url is None:
+        fail("--through-gateway reads from NATS: give --nats URL, not --from FILE")
     if from_file is not None:
         try:
             rows = rows_from_file(from_file, session_id)
         except ReplayError as exc:
             fail(str(exc))
         where = str(from_file)
+    elif through_gateway:
+        assert nats_url is not None
+        rows = via_gateway(nats_url, scope, lambda source: source.rows(given))
+        where = "the gateway's reads"
     else:
         assert nats_url is not None
 
@@ -318,14 +353,27 @@ def export_command(
         None, "--output", "-o", help="Write here instead of stdout."
     ),
     tenant: str | None = TENANT_OPTION,
+    through_gateway: bool = GATEWAY_OPTION,
 ) -> None:
     """Write events as JSON Lines (the envelope plus stream_seq and subject) for offline audit."""
     if (session_id is None) == (not all_sessions):
         fail("name one SESSION_ID or pass --all")
     scope = audit_scope(tenant)  # tenants (SPEC §10.1)
+    given = session_id
     if session_id is not None:
         session_id = scope.session_id(session_id)
     nats_url = resolve_nats(nats_flag)
+    if through_gateway:
+        rows = via_gateway(
+            nats_url,
+            scope,
+            lambda source: source.all_rows() if given is None else source.rows(given),
+        )
+        if session_id is not None and not rows:
+            fail(f"unknown session {session_id!r}: no events through the gateway")
+        write_output("".join(canonical_json(row.export()) + "\n" for row in rows), output)
+        stderr.print(f"exported {len(rows)} event(s)", highlight=False)
+        return
 
     async def read() -> list[StoredEvent]:
         nc = await connect_for_replay(nats_url, _credentials())
@@ -397,6 +445,7 @@ def verify_projection_command(
     cache_sessions: int = typer.Option(
         DEFAULT_CACHE_SESSIONS, "--cache-sessions", min=1, help=CACHE_HELP
     ),
+    through_gateway: bool = GATEWAY_OPTION,
 ) -> None:
     """Compare every projected state with a replay of the log; exit 1 on any mismatch."""
     from replay.rebuild import verify_projection
@@ -404,10 +453,14 @@ def verify_projection_command(
     if session_id is not None and all_sessions:
         fail("name one SESSION_ID or pass --all, not both")
     scope = audit_scope(tenant)  # tenants (SPEC §10.1)
+    given = session_id
     if session_id is not None:
         session_id = scope.session_id(session_id)
     nats_url = resolve_nats(nats_flag)
     token = session_token(session_id) if session_id is not None else None
+    if through_gateway:
+        _report_verified(*via_gateway(nats_url, scope, partial(_verify_via, given)))
+        return
 
     async def go() -> tuple[int, list[tuple[str, str]]]:
         nc = await connect_for_replay(nats_url, _credentials())
@@ -424,12 +477,30 @@ def verify_projection_command(
             await nc.close()
         return checked, [(m.token, m.reason) for m in mismatches]
 
-    checked, mismatches = run(go)
+    _report_verified(*run(go))
+
+
+def _report_verified(checked: int, mismatches: list[tuple[str, str]]) -> None:
+    """verify-projection's verdict: each mismatch, then exit 1; or ok and how many."""
     for token_name, reason in mismatches:
         stderr.print(f"MISMATCH {token_name}: {reason}", highlight=False)
     if mismatches:
         fail(f"{len(mismatches)} of {checked} session(s) differ from a replay")
     stderr.print(f"ok: {checked} session(s) equal to a replay of the log", highlight=False)
+
+
+async def _verify_via(
+    session_id: str | None, source: GatewaySource
+) -> tuple[int, list[tuple[str, str]]]:
+    """verify-projection through the gateway: one named session (as the tenant's hosts name
+    it; unknown is an error, as for a direct read), or every session it lists."""
+    if session_id is not None:
+        state = await source.projected_state(session_id)
+        if not state.get("stream_seq") and not await source.rows(session_id):
+            raise ReplayError(f"unknown session {session_id!r}: no events and no projection")
+    ids = [session_id] if session_id is not None else await source.session_ids()
+    checked, mismatches = await verify_through_gateway(source, ids)
+    return checked, [(m.token, m.reason) for m in mismatches]
 
 
 async def _require_known_session(nc: Client, stream: str, bucket: str, session_id: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,16 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.audit import (
+    GATEWAY_OPTION,
     STREAM_HELP,
+    TENANT_OPTION,
     _credentials,
+    audit_scope,
     fail,
     one_source,
     progress_bar,
     run,
+    via_gateway,
     write_output,
 )
 from cli.options import NATS_ENV, nats_option
@@ -28,6 +33,8 @@ from contracts.spec import utc_millis
 from contracts.stored import StoredEvent
 from contracts.subjects import DEFAULT_STREAM
 from replay.errors import ReplayError
+from replay.gateway_source import GatewaySource
+from replay.scope import AuditScope
 from replay.source import (
     EVENT_FILTER,
     connect_for_replay,
@@ -84,15 +91,26 @@ def table_text(report: dict[str, Any]) -> str:
     return buffer.getvalue()
 
 
+async def _sessions_via(session_id: str | None, source: GatewaySource) -> list[list[StoredEvent]]:
+    """The sessions to count, read through the gateway (a tenant auditor's way)."""
+    if session_id is not None:
+        return [await source.rows(session_id)]
+    return list(sessions_of(await source.all_rows()).values())
+
+
 def _sessions(
-    session_id: str | None, from_file: Path | None, nats_url: str | None, stream: str
+    session_id: str | None,
+    from_file: Path | None,
+    nats_url: str | None,
+    stream: str,
+    scope: AuditScope,
 ) -> list[list[StoredEvent]]:
     if from_file is not None:
         try:
             rows = rows_from_file(from_file, session_id)
         except ReplayError as exc:
             fail(str(exc))
-        return list(sessions_of(rows).values())
+        return list(sessions_of(scope.rows(rows)).values())
     assert nats_url is not None
 
     async def read() -> list[list[StoredEvent]]:
@@ -105,7 +123,7 @@ def _sessions(
                 rows = [
                     row async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=update)
                 ]
-            return list(sessions_of(rows).values())
+            return list(sessions_of(scope.rows(rows)).values())
         finally:
             await nc.close()
 
@@ -131,17 +149,30 @@ def stats_command(
     stream: str = typer.Option(
         DEFAULT_STREAM, "--stream", envvar="REMINDERS_STREAM", help=STREAM_HELP
     ),
+    tenant: str | None = TENANT_OPTION,
+    through_gateway: bool = GATEWAY_OPTION,
 ) -> None:
     """Which reminders work and which only cost tokens: per source, provider and tag."""
     if (session_id is None) == (not all_sessions):
         fail("name one SESSION or pass --all")
+    scope = audit_scope(tenant)  # tenants (SPEC §10.1)
+    given = session_id
+    if session_id is not None:
+        session_id = scope.session_id(session_id)
     nats_url = one_source(from_file, nats_flag)
+    if through_gateway and nats_url is None:
+        fail("--through-gateway reads from NATS: give --nats URL, not --from FILE")
     try:
         since_utc = None if since is None else utc_millis(since)
     except ValueError as exc:
         fail(f"--since {since[:60]!r}: {exc}" if since else str(exc))
         return
-    sessions = _sessions(session_id, from_file, nats_url, stream)
+    if through_gateway:
+        assert nats_url is not None
+        read = partial(_sessions_via, given)
+        sessions = [rows for rows in via_gateway(nats_url, scope, read) if rows]
+    else:
+        sessions = _sessions(session_id, from_file, nats_url, stream, scope)
     if session_id is not None and not any(sessions):
         fail(f"unknown session {session_id!r}: no events")
     try:

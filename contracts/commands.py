@@ -259,6 +259,35 @@ class PendingInjectionsQuery(Command):
     )
 
 
+class EventsQuery(Command):
+    """One page of a session's stored events, exactly as stored, in session order (read-only,
+    for auditors; SPEC §7.1, §10.1)."""
+
+    op: ClassVar[str] = "events"
+    after_stream_seq: Annotated[int, Field(ge=0, le=MAX_WIRE_INT)] = Field(
+        default=0,
+        description="Only events stored after this stream sequence: 0 for the session's "
+        "first page, else the previous page's `next_after_stream_seq`.",
+    )
+    from_session_seq: Annotated[int, Field(ge=1, le=MAX_WIRE_INT)] | None = Field(
+        default=None, description="Only events with at least this session_seq."
+    )
+
+
+class SessionsQuery(Command):
+    """One page of the caller tenant's session ids, from the projection (read-only, for
+    auditors' `--all`; SPEC §10.1)."""
+
+    op: ClassVar[str] = "sessions"
+    session_id: None = Field(  # type: ignore[assignment]
+        default=None, description="None: the listing names no session."
+    )
+    after: Annotated[int, Field(ge=0, le=MAX_WIRE_INT)] = Field(
+        default=0,
+        description="Where the previous page stopped (its `next_after`); 0 for the first page.",
+    )
+
+
 class Evaluation(BaseModel):
     """One provider's evaluation of a runtime event, as the providers service decided it."""
 
@@ -336,6 +365,8 @@ _ALL_COMMANDS: tuple[type[Command], ...] = (
     Forget,
     StateQuery,
     PendingInjectionsQuery,
+    EventsQuery,
+    SessionsQuery,
 )
 COMMANDS: dict[str, type[Command]] = {command.op: command for command in _ALL_COMMANDS}
 

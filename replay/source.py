@@ -29,7 +29,7 @@ from services.adapters.session_read import RawStored, iterate_direct, session_me
 EVENT_FILTER = EVENT_SUBJECTS
 
 
-def _check_schema(envelope: dict[str, Any], where: str) -> None:
+def check_schema(envelope: dict[str, Any], where: str) -> None:
     """Refuse an envelope version that no upcaster brings to this build's (SPEC §3.7)."""
     try:
         upcast(envelope)
@@ -56,7 +56,7 @@ def rows_from_file(path: Path, session_id: str | None = None) -> list[StoredEven
         if not isinstance(item, dict) or "stream_seq" not in item or "subject" not in item:
             raise ReplayError(f"{where}: not a valid export line (needs stream_seq and subject)")
         envelope = {k: v for k, v in item.items() if k not in ("stream_seq", "subject")}
-        _check_schema(envelope, where)
+        check_schema(envelope, where)
         if not isinstance(item["stream_seq"], int):
             raise ReplayError(f"{where}: stream_seq must be an integer")
         if session_id is None or envelope.get("session_id") == session_id:
@@ -176,5 +176,5 @@ async def rows_from_nats(
     stats.server_sent += sent
     rows = [_row(raw, stats) for raw in messages]
     for row in rows:
-        _check_schema(row.envelope, f"stream_seq {row.stream_seq}")
+        check_schema(row.envelope, f"stream_seq {row.stream_seq}")
     return rows

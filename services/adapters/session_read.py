@@ -43,9 +43,10 @@ async def iterate_direct(
     after_seq: int = 0,
     batch: int = 512,
     timeout_s: float = 5.0,
+    max_bytes: int | None = None,
 ) -> AsyncIterator[RawStored]:
     """Every stored message matching `subject_filter` after `after_seq`, in order, read with
-    batched direct gets.
+    batched direct gets (of at most `batch` messages, and about `max_bytes` when given).
 
     No consumer is made, so a reader needs no right to create one (a reader that may create
     consumers may also make the server deliver to any subject it names). The server sends
@@ -58,7 +59,10 @@ async def iterate_direct(
         subscription = await nc.subscribe(inbox)
         more = False
         try:
-            request = {"next_by_subj": subject_filter, "seq": next_seq, "batch": batch}
+            request: dict[str, Any] = {"next_by_subj": subject_filter, "seq": next_seq}
+            request["batch"] = batch
+            if max_bytes is not None:
+                request["max_bytes"] = max_bytes
             await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
             while True:
                 message = await subscription.next_msg(timeout=timeout_s)

@@ -27,8 +27,10 @@ from nats.errors import Error as NatsError
 from contracts.commands import (
     DECIDED_COMMANDS,
     Command,
+    EventsQuery,
     Forget,
     PendingInjectionsQuery,
+    SessionsQuery,
     StateQuery,
     parse_command,
 )
@@ -45,6 +47,7 @@ from services.adapters.jetstream import JetStreamApiError
 from services.adapters.session_read import last_session_seq, read_session
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
+from services.gateway.audit_reads import AuditReads, too_busy_reply
 from services.gateway.command import CachedSession, Deadline, LogUnavailable, run_command
 from services.gateway.committer import GroupCommitter
 from services.gateway.forget import Forgetter
@@ -56,7 +59,9 @@ from services.gateway.tenancy import Tenancy, unscope_reply
 log = logging.getLogger("reminders.gateway")
 
 DECIDED_OPS = frozenset(command.op for command in DECIDED_COMMANDS)
-QUERY_OPS = frozenset({StateQuery.op, PendingInjectionsQuery.op, Forget.op})
+QUERY_OPS = frozenset(
+    {StateQuery.op, PendingInjectionsQuery.op, EventsQuery.op, SessionsQuery.op, Forget.op}
+)
 #: Of a command's `request_timeout_s`, the last part is kept to encode and send the reply,
 #: so that an answer never leaves after the deadline the caller was promised.
 REPLY_MARGIN_S = 0.1
@@ -268,6 +273,13 @@ class CommandService:
         self._locks = SessionLocks()
         self._reader = ProjectionReader(nc, settings)
         self._forgetter = Forgetter(nc, settings)
+        self._audit = AuditReads(
+            nc, settings.stream, settings.kv_bucket, settings.core.max_payload_bytes
+        )
+        # Audit reads hold up to a page each: a bound of their own, a tenth of the waiting
+        # queries' (each tenant's are in its `queries_in_flight` as well).
+        self._audit_slots = max(1, settings.max_waiting_queries // 10)
+        self._audit_in_flight = 0
         self._last_seen: OrderedDict[str, float] = OrderedDict()
         # Tenants (SPEC §10.1): scope and bound each command by its caller's tenant.
         self._tenancy = Tenancy(settings.tenants(), settings.core.max_body_bytes)
@@ -334,10 +346,27 @@ class CommandService:
         if bounded is not None:
             return bounded
         try:
+            if isinstance(scoped, EventsQuery | SessionsQuery):
+                return await self._audit_read(tenant, scoped)
             return unscope_reply(tenant, await self._serve(scoped, warnings, received))
         finally:
             self._tenancy.done(tenant, scoped)
         # --- end tenants
+
+    async def _audit_read(self, tenant: str, query: EventsQuery | SessionsQuery) -> dict[str, Any]:
+        """An auditor's read of the log or the listing of its tenant's sessions (read-only;
+        the events exactly as stored, so not renamed for the tenant)."""
+        if self._audit_in_flight >= self._audit_slots:
+            return too_busy_reply(RETRY_AFTER_MS)
+        self._audit_in_flight += 1
+        try:
+            if isinstance(query, SessionsQuery):
+                return await self._audit.sessions(tenant, query.after)
+            return await self._audit.events(
+                query.session_id, query.after_stream_seq, query.from_session_seq
+            )
+        finally:
+            self._audit_in_flight -= 1
 
     async def _serve(
         self, command: Command, warnings: list[Any], received: float

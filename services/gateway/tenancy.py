@@ -16,7 +16,16 @@ from typing import Any
 
 import orjson
 
-from contracts.commands import Command, Forget, Handoff, Inherit, PendingInjectionsQuery, StateQuery
+from contracts.commands import (
+    Command,
+    EventsQuery,
+    Forget,
+    Handoff,
+    Inherit,
+    PendingInjectionsQuery,
+    SessionsQuery,
+    StateQuery,
+)
 from contracts.errors import ErrorCode
 from contracts.replies import ErrorReply
 from contracts.subjects import EVALUATE_OP
@@ -29,6 +38,9 @@ from contracts.tenants import (
 from services.adapters.tenants_config import TenantBounds, TenantsFile
 
 SERVICE_OPS = frozenset({Inherit.op, EVALUATE_OP, Forget.op})
+"""Ops only fleet services and operators send (the server denies them to hosts)."""
+QUERIES = (StateQuery, PendingInjectionsQuery, EventsQuery, SessionsQuery)
+"""The read-only queries: counted against the tenant's queries in flight."""
 """Ops only fleet services and operators send (the server denies them to hosts)."""
 LIVE_WINDOW_S = 300.0
 """A session is live while it sent a command within this window."""
@@ -96,6 +108,8 @@ class Tenancy:
 
     def scope(self, tenant: str, command: Command) -> Command | dict[str, Any]:
         """The command on the tenant's sessions, or the reply refusing it."""
+        if isinstance(command, SessionsQuery):
+            return command  # names no session: the listing is of the caller's tenant
         if tenant == DEFAULT_TENANT:
             if command.op in SERVICE_OPS:
                 return command  # services carry namespaced ids; the server lets only them
@@ -118,7 +132,7 @@ class Tenancy:
         """The reply refusing a command past the tenant's bounds, or None (then `done` must
         follow once it is served): a query counts against the tenant's queries in flight, a
         decided command against its rate and live sessions, `forget` against nothing."""
-        if isinstance(command, StateQuery | PendingInjectionsQuery):
+        if isinstance(command, QUERIES):
             return self._admit_query(tenant)
         if isinstance(command, Forget):
             return None
@@ -126,7 +140,7 @@ class Tenancy:
 
     def done(self, tenant: str, command: Command) -> None:
         """A command `admit` let through was served (a query leaves the tenant's in-flight)."""
-        if isinstance(command, StateQuery | PendingInjectionsQuery) and tenant in self._queries:
+        if isinstance(command, QUERIES) and tenant in self._queries:
             self._queries[tenant] -= 1
 
     def _admit_query(self, tenant: str) -> dict[str, Any] | None:
