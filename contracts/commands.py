@@ -280,7 +280,7 @@ class SessionsQuery(Command):
 
     op: ClassVar[str] = "sessions"
     session_id: None = Field(  # type: ignore[assignment]
-        default=None, description="None: the listing names no session."
+        default=None, description="Never given: the listing is of the caller's own tenant."
     )
     after: Annotated[int, Field(ge=0, le=MAX_WIRE_INT)] = Field(
         default=0,
