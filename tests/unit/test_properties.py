@@ -651,6 +651,8 @@ TEMPLATES: dict[str, dict[str, Any]] = {
     "forget": {"session_id": SESSION},
     "state": {"session_id": SESSION, "min_seq": 1, "timeout_ms": 10},
     "pending_injections": {"session_id": SESSION, "timeout_ms": 10},
+    "events": {"session_id": SESSION, "after_stream_seq": 7, "from_session_seq": 2},
+    "sessions": {"after": 3},
     "evaluate": {
         "session_id": SESSION,
         "turn": 3,
