@@ -34,8 +34,8 @@ from contracts.tenants import DEFAULT_TENANT, split_session_id
 from services.adapters.session_read import RawStored, iterate_direct
 from services.gateway.replies import error_reply
 
-#: Bytes kept free in a reply for its frame (`ok`, the cursor) and one event's wrapper: an
-#: event is at most `max_payload_bytes`' worst case (core/size), far below this margin.
+#: Bytes kept free in a reply for its frame (`ok`, the cursor) and one event's wrapper (the
+#: worst-case event of core/size is far below `max_payload` less this margin).
 REPLY_FRAME_BYTES = 4096
 #: Stored events asked of the server per direct-get batch (and at most this many bytes).
 EVENTS_BATCH = 64
@@ -68,8 +68,8 @@ async def events_page(
 ) -> dict[str, Any]:
     """The `events` reply from a session's stored messages in order (`iterate_direct`):
     `{ok, events: [{event, stream_seq, subject}], next_after_stream_seq}`, the last null when
-    the page ends the session. At least one event per page, whatever its size (every event
-    fits `max_payload` with room for the frame: `REPLY_FRAME_BYTES`)."""
+    the page ends the session. At least one event per page, whatever its size; an event that
+    leaves no room for the frame (`REPLY_FRAME_BYTES`) is `too_large`."""
     items: list[bytes] = []
     used = 0
     next_after: int | None = None
@@ -84,12 +84,26 @@ async def events_page(
             if items and used + len(item) + 1 > budget:
                 next_after = last_seq
                 break
+            if len(item) > budget + REPLY_FRAME_BYTES // 2:
+                return _too_large(raw.stream_seq, len(item), budget)
             items.append(item)
             used += len(item) + 1
             last_seq = raw.stream_seq
             next_after = last_seq if raw.pending else None
     events = orjson.Fragment(b"[" + b",".join(items) + b"]")
     return {"ok": True, "events": events, "next_after_stream_seq": next_after}
+
+
+def _too_large(stream_seq: int, size: int, budget: int) -> dict[str, Any]:
+    """An event that no reply could carry (only a configuration far past the size invariant's
+    worst case stores one): a clear error naming it, never a reply the server refuses."""
+    return error_reply(
+        ErrorCode.TOO_LARGE,
+        f"the event at stream_seq {stream_seq} is too large for a reply; read it directly",
+        stream_seq=stream_seq,
+        size=size,
+        limit=budget,
+    )
 
 
 def _session_seq(raw: RawStored) -> int:

@@ -91,10 +91,17 @@ def test_pages_stay_within_the_byte_budget_and_together_are_the_whole_session() 
 
 
 def test_a_page_holds_one_event_larger_than_the_budget_rather_than_none() -> None:
-    rows = stored([event(1, size=50_000), event(2)])
+    rows = stored([event(1, size=1_500), event(2)])
     reply = orjson.loads(page(rows, budget=1_000))
     assert [item["stream_seq"] for item in reply["events"]] == [10]
     assert reply["next_after_stream_seq"] == 10
+
+
+def test_an_event_no_reply_could_carry_is_too_large_not_a_reply_the_server_refuses() -> None:
+    reply = orjson.loads(page(stored([event(1), event(2, size=20_000)]), budget=10_000))
+    assert [item["stream_seq"] for item in reply["events"]] == [10]
+    alone = orjson.loads(page(stored([event(2, size=20_000)], first_seq=13), budget=10_000))
+    assert alone["error"]["code"] == "too_large" and alone["error"]["details"]["stream_seq"] == 13
 
 
 def test_from_session_seq_skips_the_earlier_events() -> None:
