@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from contracts.commands import EventsQuery, SessionsQuery, parse_command
 from contracts.tenants import DEFAULT_TENANT
 from services.adapters.session_read import RawStored
+from services.adapters.settings import Settings
 from services.adapters.tenants_config import TenantsFile
 from services.gateway.audit_reads import (
     REPLY_FRAME_BYTES,
@@ -22,6 +23,7 @@ from services.gateway.audit_reads import (
     page_budget,
     sessions_page,
 )
+from services.gateway.service import CommandService
 from services.gateway.tenancy import Tenancy
 
 
@@ -175,3 +177,58 @@ def test_audit_queries_are_scoped_and_counted_as_queries() -> None:
     assert tenancy.scope("acme", listing_query) is listing_query
     with pytest.raises(Exception, match="session_id"):
         parse_command("sessions", {"session_id": "s1"})
+
+
+class RecordingReads:
+    """The gateway's audit reads, recording what they were asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[object, ...]] = []
+
+    async def events(self, session_id: str, after: int, from_seq: int | None) -> dict[str, object]:
+        self.asked.append(("events", session_id, after, from_seq))
+        return {"ok": True, "events": [], "next_after_stream_seq": None}
+
+    async def sessions(self, tenant: str, after: int) -> dict[str, object]:
+        self.asked.append(("sessions", tenant, after))
+        return {"ok": True, "session_ids": [], "next_after": None}
+
+
+def gateway_service(reads: RecordingReads) -> CommandService:
+    """The gateway's request handling without a broker: nothing behind it may be used but
+    the audit reads (a command would need the log and fail)."""
+    service = CommandService(object(), Settings.from_env({}), object())  # type: ignore[arg-type]
+    tenants = TenantsFile.model_validate({"tenants": {"acme": {"queries_in_flight": 4}}})
+    service._tenancy = Tenancy(tenants, 4096)
+    service._audit = reads  # type: ignore[assignment]
+    return service
+
+
+def test_the_gateway_serves_audit_reads_scoped_to_the_callers_tenant() -> None:
+    reads = RecordingReads()
+    service = gateway_service(reads)
+
+    async def go() -> list[dict[str, object]]:
+        return [
+            await service.handle("events", b'{"session_id":"s1","after_stream_seq":9}', "acme"),
+            await service.handle("sessions", b'{"after":4}', "acme"),
+            await service.handle("events", b'{"session_id":"s1"}', DEFAULT_TENANT),
+            await service.handle("events", b'{"session_id":"@acme/s1"}', DEFAULT_TENANT),
+            await service.handle("sessions", b'{"session_id":"s1"}', "acme"),
+        ]
+
+    replies = asyncio.run(go())
+    assert reads.asked == [
+        ("events", "@acme/s1", 9, None),
+        ("sessions", "acme", 4),
+        ("events", "s1", 0, None),
+    ]
+    assert [reply["ok"] for reply in replies] == [True, True, True, False, False]
+
+
+def test_audit_reads_past_their_bound_are_refused_for_a_while() -> None:
+    service = gateway_service(RecordingReads())
+    service._audit_slots = 0
+    reply = asyncio.run(service.handle("events", b'{"session_id":"s1"}', "acme"))
+    assert reply["error"]["code"] == "rate_limited"
+    assert reply["error"]["details"]["retry_after_ms"] > 0
