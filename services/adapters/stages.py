@@ -17,7 +17,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
 
 #: The variable that turns profiling on: the file to write.
 PROFILE_ENV = "REMINDERS_STAGE_PROFILE"
@@ -71,3 +75,34 @@ def _from_env() -> StageProfile | None:
 
 #: The process's profile, or None when profiling is off.
 PROFILE: StageProfile | None = _from_env()
+
+
+def profile_client_io(nc: Client, profile: StageProfile) -> None:
+    """Bracket the client's own work on the socket, which no call site of ours can: its
+    protocol parser on every chunk read (`nats_read`: every message in, parsed and queued
+    for its subscription or request) and its socket writes (`nats_write`). Neither waits:
+    the parser hands each message over without blocking, and a write only sends what the
+    kernel takes. Only while profiling (these are the client's internals, and a reconnect
+    makes a new transport that is not bracketed)."""
+    parser: Any = nc._ps
+    parse: Callable[[bytes], Awaitable[None]] = parser.parse
+
+    async def timed_parse(data: bytes) -> None:
+        since = profile.now()
+        try:
+            await parse(data)
+        finally:
+            profile.add("nats_read", since)
+
+    parser.parse = timed_parse
+    transport: Any = nc._transport
+    writelines: Callable[[Iterable[bytes]], None] = transport.writelines
+
+    def timed_writelines(payload: Iterable[bytes]) -> None:
+        since = profile.now()
+        try:
+            writelines(payload)
+        finally:
+            profile.add("nats_write", since)
+
+    transport.writelines = timed_writelines

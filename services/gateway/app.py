@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from services.adapters import stages
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import (
@@ -50,6 +51,8 @@ class Gateway:
     async def start(self, runtime: Runtime) -> None:
         """Start group commit and join the command queue group."""
         parts = self.parts
+        if stages.PROFILE is not None:
+            stages.profile_client_io(runtime.connection, stages.PROFILE)
         meter = meter_provider("reminders-gateway").get_meter("gateway")
         metrics = GatewayMetrics.create(meter, parts.active_sessions)
         parts.failover = Failover(runtime.connection, self.settings.failover_after_s)
@@ -86,3 +89,5 @@ class Gateway:
             await self.parts.failover.stop()
         if self.parts.service is not None:
             await self.parts.service.close()
+        if stages.PROFILE is not None:
+            stages.PROFILE.write()
