@@ -17,7 +17,8 @@ PROJECTOR_STAGES: tuple[tuple[str, str], ...] = (
     ("encode", "encode"),
     ("ack", "ack"),
     ("kv_and_scheduling", "batch - parse - validate_chain_fold - encode - ack"),
-    ("other", "process - receive - batch"),
+    ("gc", "gc"),
+    ("other", "process - receive - batch - gc"),
     ("total", "process"),
 )
 
@@ -33,10 +34,11 @@ GATEWAY_STAGES: tuple[tuple[str, str], ...] = (
     ("fold", "fold"),
     ("reply", "reply"),
     ("nats_write", "nats_write"),
+    ("gc", "gc"),
     (
         "other",
         "process - nats_read - receive - decode_validate - session_cached - session_read"
-        " - decide - batch_publish - batch_settle - fold - reply - nats_write",
+        " - decide - batch_publish - batch_settle - fold - reply - nats_write - gc",
     ),
     ("total", "process"),
 )
@@ -49,6 +51,7 @@ STAGE_MEANING: dict[str, str] = {
     "encode": "the state's canonical bytes for the bucket",
     "ack": "one ack per message",
     "kv_and_scheduling": "KV reads and compare-and-set writes, with asyncio around them",
+    "gc": "the garbage collector, wherever it ran (no bracket counts it)",
     "other": "telemetry, the loop, start-up",
     "total": "the process's CPU time",
 }

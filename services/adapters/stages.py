@@ -14,6 +14,7 @@ left to the remainder: the process's CPU time minus every bracketed stage.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -32,19 +33,29 @@ class StageProfile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.seconds: dict[str, float] = {}
+        self.seconds: dict[str, float] = {"gc": 0.0}
         self.units: dict[str, int] = {}
         self._started = time.process_time()
         self._written = time.monotonic()
+        self._gc_started = 0.0
+        gc.callbacks.append(self._on_gc)
 
-    @staticmethod
-    def now() -> float:
-        """The thread's CPU time: the start of a bracket."""
-        return time.thread_time()
+    def _on_gc(self, phase: str, _info: dict[str, int]) -> None:
+        # A collection runs in whatever code allocated last, so it would land in a bracket
+        # or outside at random: it is its own stage, `gc`, and no bracket's.
+        if phase == "start":
+            self._gc_started = time.thread_time()
+        else:
+            self.seconds["gc"] += time.thread_time() - self._gc_started
+
+    def now(self) -> float:
+        """The thread's CPU time less the garbage collector's: the start of a bracket."""
+        return time.thread_time() - self.seconds["gc"]
 
     def add(self, stage: str, since: float) -> float:
-        """Charge the CPU time since `since` to `stage`; returns now (to chain brackets)."""
-        now = time.thread_time()
+        """Charge the CPU time since `since` (the collector's left out) to `stage`; returns
+        now (to chain brackets)."""
+        now = time.thread_time() - self.seconds["gc"]
         self.seconds[stage] = self.seconds.get(stage, 0.0) + now - since
         return now
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 from bench.stages import GATEWAY_STAGES, PROJECTOR_STAGES, compare, snapshot, stage_profile
+from services.adapters.stages import StageProfile
 
 
 def test_stages_are_per_unit_and_the_remainders_are_what_no_bracket_covered(
@@ -41,6 +43,7 @@ def test_a_profile_since_a_snapshot_counts_only_what_was_added_after_it(tmp_path
     assert profile["session"] == 200.0
     assert profile["nats_read"] == 0.0
     assert profile["other"] == 1800.0  # 4 s of process less 2.2 s bracketed, over 1000
+    assert profile["gc"] == 0.0
     assert profile["total"] == 4000.0
     assert stage_profile(path, "commands", GATEWAY_STAGES, snapshot(path)) == {}
 
@@ -61,3 +64,15 @@ def test_compare_lists_each_figure_and_stage_with_its_change() -> None:
     assert "| fold | 50.00 | 25.00 | -50 % |" in table
     assert "write_gateway `gateway_stages_us_per_command`" in table
     assert "| decide | 100 | 50.00 | -50 % |" in table
+
+
+def test_the_collector_is_its_own_stage_and_no_brackets(tmp_path: Path) -> None:
+    profile = StageProfile(tmp_path / "stages.json")
+    try:
+        since = profile.now()
+        gc.collect()
+        profile.add("bracket", since)
+    finally:
+        gc.callbacks.remove(profile._on_gc)
+    assert profile.seconds["gc"] > 0.0
+    assert profile.seconds["bracket"] < profile.seconds["gc"]
