@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import dataclass, field
 
 from services.adapters import stages
@@ -74,6 +75,10 @@ class Gateway:
             in_flight=self.settings.max_in_flight,
         )
         await parts.listener.start()
+        # What start-up made (modules, models, schemas, clients) lives as long as the
+        # process: out of the collector's generations, a collection scans only what
+        # commands made since.
+        gc.freeze()
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Commands are served by the subscription's callbacks; wait for the stop."""
