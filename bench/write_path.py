@@ -164,8 +164,9 @@ async def profile_mark(url: str) -> None:
 def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
     """Commands/s through a gateway process alone, the null gateway (`bench.null_gateway`)
     with the same load, and the OCC plain-publish baseline; each process's CPU µs per
-    command, and the gateway's by stage (its stage profile between two marks around the
-    measured phase)."""
+    command. Then the same load through a second gateway process with the stage profile on,
+    for its CPU by stage between two marks around that phase (the profile's own cost stays
+    out of the first figures)."""
     with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
         asyncio.run(provision_server(server.url))
         baseline = asyncio.run(occ_plain_publish(server.url, sessions, per_session))
@@ -176,18 +177,19 @@ def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, 
                 drive_injects(server.url, "null", sessions, per_session, in_flight)
             )
             null_cpu = meter.ms_per(sessions * per_session)["null_gateway"]
-        profile_path = Path(logs) / "gateway-stages.json"
-        with running_services(
-            server.url, ["gateway"], {PROFILE_ENV: str(profile_path)}
-        ) as services:
+        with running_services(server.url, ["gateway"]) as services:
             asyncio.run(warm_up(server.url))
-            asyncio.run(profile_mark(server.url))
-            before = snapshot(profile_path)
             meter = CpuMeter({"gateway": services["gateway"].process.pid})
             measured, failed, _ = asyncio.run(
                 drive_injects(server.url, "gw", sessions, per_session, in_flight)
             )
             gateway_cpu = meter.ms_per(sessions * per_session)["gateway"]
+        profile_path = Path(logs) / "gateway-stages.json"
+        with running_services(server.url, ["gateway"], {PROFILE_ENV: str(profile_path)}):
+            asyncio.run(warm_up(server.url))
+            asyncio.run(profile_mark(server.url))
+            before = snapshot(profile_path)
+            asyncio.run(drive_injects(server.url, "gwp", sessions, per_session, in_flight))
             asyncio.run(profile_mark(server.url))
             gateway_stages = stage_profile(profile_path, "commands", GATEWAY_STAGES, before)
     return {
