@@ -17,7 +17,29 @@ PROJECTOR_STAGES: tuple[tuple[str, str], ...] = (
     ("encode", "encode"),
     ("ack", "ack"),
     ("kv_and_scheduling", "batch - parse - validate_chain_fold - encode - ack"),
-    ("other", "process - receive - batch"),
+    ("gc", "gc"),
+    ("other", "process - receive - batch - gc"),
+    ("total", "process"),
+)
+
+#: The gateway's stages, per command (bench/README.md explains each column).
+GATEWAY_STAGES: tuple[tuple[str, str], ...] = (
+    ("nats_read", "nats_read"),
+    ("receive", "receive"),
+    ("decode_validate", "decode_validate"),
+    ("session", "session_cached + session_read"),
+    ("decide", "decide"),
+    ("batch_publish", "batch_publish"),
+    ("batch_settle", "batch_settle"),
+    ("fold", "fold"),
+    ("reply", "reply"),
+    ("nats_write", "nats_write"),
+    ("gc", "gc"),
+    (
+        "other",
+        "process - nats_read - receive - decode_validate - session_cached - session_read"
+        " - decide - batch_publish - batch_settle - fold - reply - nats_write - gc",
+    ),
     ("total", "process"),
 )
 
@@ -29,6 +51,7 @@ STAGE_MEANING: dict[str, str] = {
     "encode": "the state's canonical bytes for the bucket",
     "ack": "one ack per message",
     "kv_and_scheduling": "KV reads and compare-and-set writes, with asyncio around them",
+    "gc": "the garbage collector, wherever it ran (no bracket counts it)",
     "other": "telemetry, the loop, start-up",
     "total": "the process's CPU time",
 }
@@ -45,15 +68,36 @@ def _evaluate(expression: str, seconds: dict[str, float]) -> float:
     return total
 
 
-def stage_profile(path: Path, unit: str, layout: tuple[tuple[str, str], ...]) -> dict[str, float]:
-    """µs of CPU per `unit` for each stage of `layout`; empty when there is no profile."""
+def snapshot(path: Path) -> dict[str, Any]:
+    """A profile file as it is now (empty when there is none): its seconds per stage
+    (`process` the process's CPU) and its units."""
     if not path.exists():
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
-    count = int(data.get("units", {}).get(unit, 0))
-    if not count:
-        return {}
     seconds = {**data.get("seconds", {}), "process": float(data.get("process_cpu_s", 0.0))}
+    return {"seconds": seconds, "units": data.get("units", {})}
+
+
+def stage_profile(
+    path: Path,
+    unit: str,
+    layout: tuple[tuple[str, str], ...],
+    since: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    """µs of CPU per `unit` for each stage of `layout`, over the whole life of the process or,
+    given an earlier `snapshot` of the same file, over what was added since; empty when there
+    is no profile."""
+    after = snapshot(path)
+    if not after:
+        return {}
+    before = since or {"seconds": {}, "units": {}}
+    count = int(after["units"].get(unit, 0)) - int(before["units"].get(unit, 0))
+    if count <= 0:
+        return {}
+    seconds = {
+        stage: value - before["seconds"].get(stage, 0.0)
+        for stage, value in after["seconds"].items()
+    }
     return {
         name: round(_evaluate(expression, seconds) / count * 1e6, 1) for name, expression in layout
     }
@@ -107,7 +151,7 @@ def _profiles(*results: dict[str, Any]) -> list[tuple[str, str]]:
     for result in results:
         for scenario, raw in result.get("scenarios", {}).items():
             for field in raw if isinstance(raw, dict) else {}:
-                profile = field.endswith("_stages_us_per_event") or field.endswith("_stages_us")
+                profile = "_stages_us" in field
                 if profile and (scenario, field) not in found:
                     found.append((scenario, field))
     return found

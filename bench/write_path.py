@@ -18,9 +18,11 @@ import asyncio
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -33,6 +35,7 @@ from bench.common import (
     rate,
     running_services,
 )
+from bench.stages import GATEWAY_STAGES, snapshot, stage_profile
 from bench.traffic import decide_session
 from cli.up import SERVICES
 from client.sdk import ReminderClient
@@ -40,6 +43,7 @@ from contracts.subjects import event_subject, session_subject_filter
 from services.adapters.append import SessionAppend, encode_event, publish_atomic
 from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT
 from services.adapters.provisioning import consumer_info
+from services.adapters.stages import PROFILE_ENV
 
 #: How long one phase may wait for replies or for the projector before giving up.
 PHASE_TIMEOUT_S = 300.0
@@ -149,11 +153,21 @@ def null_gateway(url: str) -> Iterator[subprocess.Popen[str]]:
             process.wait()
 
 
+async def profile_mark(url: str) -> None:
+    """One command after more than a second's pause: a profiled process rewrites its stage
+    profile on the first unit counted a second after the last write, before it replies, so
+    the file holds everything up to this command when the reply arrives."""
+    await asyncio.sleep(1.1)
+    await drive_injects(url, "mark", 1, 1)
+
+
 def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
     """Commands/s through a gateway process alone, the null gateway (`bench.null_gateway`)
     with the same load, and the OCC plain-publish baseline; each process's CPU µs per
-    command."""
-    with embedded_server() as server:
+    command. Then the same load through a second gateway process with the stage profile on,
+    for its CPU by stage between two marks around that phase (the profile's own cost stays
+    out of the first figures)."""
+    with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
         asyncio.run(provision_server(server.url))
         baseline = asyncio.run(occ_plain_publish(server.url, sessions, per_session))
         with null_gateway(server.url) as process:
@@ -170,6 +184,14 @@ def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, 
                 drive_injects(server.url, "gw", sessions, per_session, in_flight)
             )
             gateway_cpu = meter.ms_per(sessions * per_session)["gateway"]
+        profile_path = Path(logs) / "gateway-stages.json"
+        with running_services(server.url, ["gateway"], {PROFILE_ENV: str(profile_path)}):
+            asyncio.run(warm_up(server.url))
+            asyncio.run(profile_mark(server.url))
+            before = snapshot(profile_path)
+            asyncio.run(drive_injects(server.url, "gwp", sessions, per_session, in_flight))
+            asyncio.run(profile_mark(server.url))
+            gateway_stages = stage_profile(profile_path, "commands", GATEWAY_STAGES, before)
     return {
         "sessions": sessions,
         "commands": sessions * per_session,
@@ -177,6 +199,7 @@ def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, 
         "commands_per_s": measured,
         "failed_commands": failed,
         "gateway_cpu_us_per_command": round(gateway_cpu * 1000, 1),
+        "gateway_stages_us_per_command": gateway_stages,
         "occ_plain_publish_per_s": baseline,
         "null_gateway_per_s": null_rate,
         "null_gateway_failed": null_failed,

@@ -26,6 +26,7 @@ from nats.aio.client import Client
 from contracts.events import Event
 from contracts.subjects import event_subject, session_subject_filter
 from core.canonical import canonical_bytes
+from services.adapters import stages
 from services.adapters.jetstream import (
     H_BATCH_COMMIT,
     H_BATCH_ID,
@@ -65,6 +66,8 @@ async def publish_atomic(
     `append_errors`) tells which
     of these may have stored it.
     """
+    profile = stages.PROFILE
+    since = 0.0 if profile is None else profile.now()
     messages: list[tuple[str, bytes, dict[str, str]]] = []
     for append in appends:
         encoded = append.encoded or tuple(encode_event(event) for event in append.events)
@@ -83,6 +86,11 @@ async def publish_atomic(
             await nc.publish(subject, data, headers=headers)
             continue
         headers[H_BATCH_COMMIT] = "1"
+        if profile is not None:
+            # Every message but the commit into the client's buffer (a publish does not
+            # wait); the commit is a request, which does.
+            profile.add("batch_publish", since)
+            profile.count("batches")
         reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
         ack = orjson.loads(reply.data)
         if "error" in ack:

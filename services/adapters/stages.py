@@ -14,10 +14,15 @@ left to the remainder: the process's CPU time minus every bracketed stage.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
 
 #: The variable that turns profiling on: the file to write.
 PROFILE_ENV = "REMINDERS_STAGE_PROFILE"
@@ -28,19 +33,29 @@ class StageProfile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.seconds: dict[str, float] = {}
+        self.seconds: dict[str, float] = {"gc": 0.0}
         self.units: dict[str, int] = {}
         self._started = time.process_time()
         self._written = time.monotonic()
+        self._gc_started = 0.0
+        gc.callbacks.append(self._on_gc)
 
-    @staticmethod
-    def now() -> float:
-        """The thread's CPU time: the start of a bracket."""
-        return time.thread_time()
+    def _on_gc(self, phase: str, _info: dict[str, int]) -> None:
+        # A collection runs in whatever code allocated last, so it would land in a bracket
+        # or outside at random: it is its own stage, `gc`, and no bracket's.
+        if phase == "start":
+            self._gc_started = time.thread_time()
+        else:
+            self.seconds["gc"] += time.thread_time() - self._gc_started
+
+    def now(self) -> float:
+        """The thread's CPU time less the garbage collector's: the start of a bracket."""
+        return time.thread_time() - self.seconds["gc"]
 
     def add(self, stage: str, since: float) -> float:
-        """Charge the CPU time since `since` to `stage`; returns now (to chain brackets)."""
-        now = time.thread_time()
+        """Charge the CPU time since `since` (the collector's left out) to `stage`; returns
+        now (to chain brackets)."""
+        now = time.thread_time() - self.seconds["gc"]
         self.seconds[stage] = self.seconds.get(stage, 0.0) + now - since
         return now
 
@@ -71,3 +86,34 @@ def _from_env() -> StageProfile | None:
 
 #: The process's profile, or None when profiling is off.
 PROFILE: StageProfile | None = _from_env()
+
+
+def profile_client_io(nc: Client, profile: StageProfile) -> None:
+    """Bracket the client's own work on the socket, which no call site of ours can: its
+    protocol parser on every chunk read (`nats_read`: every message in, parsed and queued
+    for its subscription or request) and its socket writes (`nats_write`). Neither waits:
+    the parser hands each message over without blocking, and a write only sends what the
+    kernel takes. Only while profiling (these are the client's internals, and a reconnect
+    makes a new transport that is not bracketed)."""
+    parser: Any = nc._ps
+    parse: Callable[[bytes], Awaitable[None]] = parser.parse
+
+    async def timed_parse(data: bytes) -> None:
+        since = profile.now()
+        try:
+            await parse(data)
+        finally:
+            profile.add("nats_read", since)
+
+    parser.parse = timed_parse
+    transport: Any = nc._transport
+    writelines: Callable[[Iterable[bytes]], None] = transport.writelines
+
+    def timed_writelines(payload: Iterable[bytes]) -> None:
+        since = profile.now()
+        try:
+            writelines(payload)
+        finally:
+            profile.add("nats_write", since)
+
+    transport.writelines = timed_writelines

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import dataclass, field
 
+from services.adapters import stages
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.settings import Settings
 from services.adapters.telemetry import (
@@ -50,6 +52,8 @@ class Gateway:
     async def start(self, runtime: Runtime) -> None:
         """Start group commit and join the command queue group."""
         parts = self.parts
+        if stages.PROFILE is not None:
+            stages.profile_client_io(runtime.connection, stages.PROFILE)
         meter = meter_provider("reminders-gateway").get_meter("gateway")
         metrics = GatewayMetrics.create(meter, parts.active_sessions)
         parts.failover = Failover(runtime.connection, self.settings.failover_after_s)
@@ -71,6 +75,10 @@ class Gateway:
             in_flight=self.settings.max_in_flight,
         )
         await parts.listener.start()
+        # What start-up made (modules, models, schemas, clients) lives as long as the
+        # process: out of the collector's generations, a collection scans only what
+        # commands made since.
+        gc.freeze()
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Commands are served by the subscription's callbacks; wait for the stop."""
@@ -86,3 +94,5 @@ class Gateway:
             await self.parts.failover.stop()
         if self.parts.service is not None:
             await self.parts.service.close()
+        if stages.PROFILE is not None:
+            stages.PROFILE.write()

@@ -26,6 +26,7 @@ from contracts.state import SessionState
 from core import CommandContext, CoreConfig, decide
 from core.clock import timed
 from core.decide import with_unstored
+from services.adapters import stages
 from services.adapters.append import SessionAppend
 from services.gateway.committer import (
     CommitConflict,
@@ -128,7 +129,11 @@ async def run_command(
 ) -> dict[str, Any]:
     """Load, check the caller, decide, commit, reply — tried again after a conflict or while
     the log is away, until stored, refused, or the deadline nears."""
+    profile = stages.PROFILE
+    since = 0.0 if profile is None else profile.now()
     context = ports.new_context()
+    if profile is not None:
+        profile.add("decide", since)
     retries = _Retries(deadline)
     while deadline.left() > 0:
         try:
@@ -185,11 +190,15 @@ async def _attempt(
         stored = _stored_reply(command, context.command_id, events, unsure_after)
         if stored is not None:
             return stored
+    profile = stages.PROFILE
+    since = 0.0 if profile is None else profile.now()
     refusal = ports.check_caller(command, entry.state)
     if refusal is not None:
         return refusal
     # The session's recorded time never goes backwards (SPEC §12.4).
     decision = decide(entry.state, command, timed(context, entry.state), ports.core, warnings)
+    if profile is not None:
+        profile.add("decide", since)
     if not decision.events:
         # Nothing to append, so no expected-sequence check will catch a cached session that
         # is behind the log (another replica appended): look at the log's last seq first,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from services.adapters import stages
 from services.adapters.append import SessionAppend, publish_atomic
 from services.adapters.append_errors import AppendFailure, append_failure
 from services.adapters.ids import new_uuid7
@@ -181,6 +182,8 @@ class GroupCommitter:
             for waiting in group:
                 _fail(waiting, _classify(exc))
             return
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         if self._failover is not None:
             self._failover.answered()
         if self._on_batch is not None:
@@ -192,6 +195,8 @@ class GroupCommitter:
             if not waiting.done.done():
                 waiting.done.set_result(list(range(next_seq, next_seq + count)))
             next_seq += count
+        if profile is not None:
+            profile.add("batch_settle", since)
 
     def _watch_leader(self, exc: BaseException, failure: AppendFailure) -> None:
         """Tell the fail-over whether a leader answered: a conflict or a refusal is an answer;

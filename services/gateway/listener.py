@@ -29,6 +29,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 
 from contracts.subjects import COMMAND_SUBJECTS, RPC_OP, last_token
 from contracts.tenants import TENANT_COMMAND_SUBJECTS, command_tenant
+from services.adapters import stages
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
 from services.gateway.replies import overloaded_reply
 from services.gateway.rpc import rpc_error_response
@@ -75,6 +76,8 @@ class CommandListener:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _dispatch(self, message: Msg) -> None:
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         # Queries wait for the projection under their own bound (per replica and per
         # session, SPEC §4.10): a flood of long waits must not take the commands' places.
         slot = last_token(message.subject) not in QUERY_OPS
@@ -86,6 +89,8 @@ class CommandListener:
         task = asyncio.create_task(self._serve(message, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if profile is not None:
+            profile.add("receive", since)
 
     async def _shed(self, message: Msg) -> None:
         """Answer a command the gateway has no room for (a JSON-RPC request as a JSON-RPC
@@ -129,19 +134,29 @@ class CommandListener:
         return nullcontext()
 
     async def _serve(self, message: Msg, slot: bool = True) -> None:
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         op = last_token(message.subject)
         # Tenants (SPEC §10.1): the server let the caller publish only on its tenant's subjects.
         # A subject of neither shape names no tenant (""), which the service refuses.
         tenant = command_tenant(message.subject) or ("", op)
         try:
             with self._span(message):
+                if profile is not None:
+                    profile.add("receive", since)
                 if op == RPC_OP:
                     response = await self._service.handle_rpc(message.data, tenant[0])
+                    since = 0.0 if profile is None else profile.now()
                     body = None if response is None else orjson.dumps(response)
                 else:
-                    body = orjson.dumps(await self._service.handle(op, message.data, tenant[0]))
+                    reply = await self._service.handle(op, message.data, tenant[0])
+                    since = 0.0 if profile is None else profile.now()
+                    body = orjson.dumps(reply)
             if body is not None and message.reply:
-                await message.respond(body)
+                await message.respond(body)  # into the client's buffer: does not wait
+            if profile is not None:
+                profile.add("reply", since)
+                profile.count("commands")
         except Exception:  # a reply could not be sent; the client times out and retries
             log.exception("reply failed", extra={"op": op[:64]})
         finally:

@@ -41,6 +41,7 @@ from contracts.replies import ErrorReply
 from contracts.state import SessionState
 from contracts.tenants import DEFAULT_TENANT
 from core import CommandContext, fold_all
+from services.adapters import stages
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
@@ -185,8 +186,13 @@ class NatsCommandPorts:
 
     async def load(self, session_id: str, timeout_s: float) -> CachedSession:
         """The cached session, or the session folded from the log."""
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         cached = self.cache.get(session_id)
         if cached is not None:
+            if profile is not None:
+                profile.add("session_cached", since)
+                profile.count("cache_hits")
             return cached
         entry, _ = await self.read(session_id, timeout_s)
         return entry
@@ -223,11 +229,17 @@ class NatsCommandPorts:
             )
         except (TimeoutError, NatsError, JetStreamApiError) as exc:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         events = [(decode(item.envelope), item.stream_seq) for item in stored]
         entry = CachedSession(
             fold_all(SessionState(), events), stored[-1].stream_seq if stored else 0
         )
         self.cache.put(session_id, entry)
+        if profile is not None:
+            # The read's messages and its wait are not in it: only decoding and folding.
+            profile.add("session_read", since)
+            profile.count("session_reads")
         return entry, events
 
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
@@ -241,11 +253,15 @@ class NatsCommandPorts:
 
     def remember(self, entry: CachedSession, events: tuple[Event, ...], seqs: list[int]) -> None:
         """Cache the state after the stored events and count them."""
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         state = fold_all(entry.state, list(zip(events, seqs, strict=True)))
         self.cache.put(state.session_id, CachedSession(state, seqs[-1]))
         if self._metrics is not None:
             for event in events:
                 self._metrics.events.add(1, {"kind": event.kind})
+        if profile is not None:
+            profile.add("fold", since)
 
     def forget_cached(self, session_id: str, conflict: bool) -> None:
         """Drop the cached session; count a conflict."""
@@ -300,9 +316,16 @@ class CommandService:
         command subject); never raises."""
         started = time.perf_counter()
         try:
-            reply = await self.handle_value(op, orjson.loads(data), tenant)
+            profile = stages.PROFILE
+            since = 0.0 if profile is None else profile.now()
+            raw = orjson.loads(data)
+            if profile is not None:
+                profile.add("decode_validate", since)
+            reply = await self.handle_value(op, raw, tenant)
+            since = 0.0 if profile is None else profile.now()
         except orjson.JSONDecodeError:
             reply = error_reply(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
+            profile, since = None, 0.0
         except Exception:  # the reply must go out whatever broke; the error is logged
             log.exception("command failed", extra={"op": op})
             reply = error_reply(
@@ -310,12 +333,15 @@ class CommandService:
                 "the gateway could not complete the command",
                 retry_after_ms=RETRY_AFTER_MS,
             )
+            profile, since = None, 0.0
         outcome = "ok" if reply.get("ok") else str(reply["error"]["code"])
         if self._metrics is not None:
             known = op in DECIDED_OPS or op in QUERY_OPS or op == "rpc"
             attributes = {"op": op if known else "other", "outcome": outcome}
             self._metrics.commands.add(1, attributes)
             self._metrics.latency.record(time.perf_counter() - started, attributes)
+        if profile is not None:
+            profile.add("reply", since)
         return reply
 
     async def handle_value(
@@ -323,6 +349,8 @@ class CommandService:
     ) -> dict[str, Any]:
         """Serve one command or query given as a parsed JSON value, for a caller of `tenant`
         (the tenant of the subject it came on)."""
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         received = time.monotonic()
         if op not in DECIDED_OPS and op not in QUERY_OPS:
             return error_reply(ErrorCode.INVALID_REQUEST, f"unknown op: {op[:64]}", op=op[:64])
@@ -345,6 +373,8 @@ class CommandService:
         bounded = self._tenancy.admit(tenant, scoped, time.monotonic())
         if bounded is not None:
             return bounded
+        if profile is not None:
+            profile.add("decode_validate", since)
         try:
             if isinstance(scoped, EventsQuery | SessionsQuery):
                 return await self._audit_read(tenant, scoped)
@@ -379,6 +409,8 @@ class CommandService:
                 reply = await self._forgetter.forget(command.session_id, command.request_id)
                 self._ports.cache.drop(command.session_id)
                 return reply
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
         now = time.monotonic()
         self._last_seen[command.session_id] = now
         self._last_seen.move_to_end(command.session_id)
@@ -392,6 +424,8 @@ class CommandService:
         deadline = Deadline(
             received + self._settings.request_timeout_s - REPLY_MARGIN_S, self._ports
         )
+        if profile is not None:
+            profile.add("decode_validate", since)
         try:
             async with self._locks.hold(command.session_id, max(deadline.left(), 0.0)):
                 return await run_command(command, warnings, self._ports, deadline)
