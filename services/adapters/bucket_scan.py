@@ -29,8 +29,11 @@ from nats.aio.client import Client
 
 from services.adapters.session_read import RawStored, iterate_direct
 
-#: Values asked of the server per direct-get batch of a whole-bucket scan.
+#: Values asked of the server per direct-get batch of a whole-bucket scan, and the bytes at
+#: most: a state can be far larger than an event, and a batch waits whole in the client's
+#: subscription, whose pending bytes are bounded (past that it would drop messages).
 SCAN_BATCH = 1024
+SCAN_BATCH_BYTES = 8 * 1024 * 1024
 #: The `KV-Operation` header values of a delete's and a purge's marker.
 MARKERS = frozenset({"DEL", "PURGE"})
 
@@ -103,5 +106,6 @@ async def bucket_values(
     counted = None if progress is None else lambda scanned: progress(scanned, total)
     if total == 0:
         return
-    async for value in live_values(iterate_bucket(nc, bucket), bucket, last_seq, counted):
+    messages = iterate_bucket(nc, bucket, max_bytes=SCAN_BATCH_BYTES)
+    async for value in live_values(messages, bucket, last_seq, counted):
         yield value
