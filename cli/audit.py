@@ -469,7 +469,11 @@ def verify_projection_command(
             await require_bucket(nc, bucket)
             if session_id is not None:
                 await _require_known_session(nc, stream, bucket, session_id)
-            with stage_bars(reading="reading the log", checking="checking sessions") as update:
+            with stage_bars(
+                reading="reading the log",
+                checking="checking sessions",
+                listing="listing the bucket",
+            ) as update:
                 checked, mismatches = await verify_projection(
                     nc, stream, bucket, token, update, cache_sessions, scope
                 )

@@ -12,16 +12,17 @@ touch the bucket, session by session, a bounded number at a time:
   tombstone with the session's own events.
 - verify-projection compares each projected state with the fold of the session's events up
   to that state's `stream_seq`: the fold of the whole read when the state covers it, else
-  the session's events read again on their own.
+  the session's events read again on their own. Then it lists the bucket's keys (by its
+  stream, with direct gets: `services.adapters.bucket_scan`, so the fleet auditor, who may
+  create no consumer, can run it) for projections whose session the read found no event of.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-import nats
 from nats.aio.client import Client
 
 from contracts.records import Tombstone
@@ -32,12 +33,13 @@ from core.projection import Record, project_all
 from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore
 from replay.scope import AuditScope
 from replay.source import EVENT_FILTER, iterate_stream, stored_row
+from services.adapters.bucket_scan import bucket_values
 from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
 from services.adapters.session_read import iterate_direct, session_messages
 
 FLEET = AuditScope()
 #: `progress(stage, done, total)`: stage "reading" counts events, "writing" and "checking"
-#: count sessions.
+#: count sessions, "listing" (verify-projection's scan of the bucket) counts its messages.
 StageProgress = Callable[[str, int, int], None]
 #: Sessions written or checked at once (each a read and a write or compare of the bucket).
 SESSIONS_IN_FLIGHT = 64
@@ -213,8 +215,12 @@ async def verify_projection(
         total = await fold_stream(nc, stream, store, progress)
         await _each(store, total, "checking", check, progress)
         # A projection whose session the read found no event of.
-        bucket_kv = await nc.jetstream().key_value(bucket)
-        unread = [token async for token in _keys(bucket_kv) if token not in store]
+        listing = None if progress is None else lambda done, of: progress("listing", done, of)
+        unread = [
+            found.key
+            async for found in bucket_values(nc, bucket, listing)
+            if found.key not in store
+        ]
         for start in range(0, len(unread), SESSIONS_IN_FLIGHT):
             chunk = unread[start : start + SESSIONS_IN_FLIGHT]
             await asyncio.gather(*(check(FoldedSession(t, None, 0, 0, 0)) for t in chunk))
@@ -232,15 +238,3 @@ def _folded_alone(token: str, rows: Iterable[StoredEvent]) -> FoldedSession:
         listed[-1].stream_seq if listed else 0,
         len(listed),
     )
-
-
-async def _keys(kv: nats.js.kv.KeyValue) -> AsyncIterator[str]:
-    """Every key of the bucket with a value (not deleted), as the watch delivers them."""
-    watcher = await kv.watchall(ignore_deletes=True, meta_only=True)
-    try:
-        async for entry in watcher:
-            if entry is None:  # the watch has delivered every current value
-                return
-            yield entry.key
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]

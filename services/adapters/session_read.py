@@ -34,6 +34,9 @@ class RawStored:
     stream_seq: int
     subject: str
     pending: int
+    #: A key-value bucket's `KV-Operation` header (`DEL`, `PURGE`: the marker of a deleted or
+    #: purged key); None for a value, and for any message of another stream.
+    kv_operation: str | None = None
 
 
 async def iterate_direct(
@@ -83,6 +86,7 @@ async def iterate_direct(
                     stream_seq,
                     headers["Nats-Subject"],
                     int(headers.get("Nats-Num-Pending", "0")),
+                    headers.get("KV-Operation"),
                 )
                 next_seq = stream_seq + 1
         finally:

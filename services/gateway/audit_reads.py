@@ -11,9 +11,10 @@ it asks the gateway, on its tenant's subjects, and the gateway reads for it:
   (its id is namespaced to the caller's tenant), and both get the same empty page.
 - `sessions`: one page of the caller tenant's session ids, from the projection bucket: the
   bucket's stream holds one value per session, each naming its `session_id`, so a page
-  scans a bounded number of bytes of it and keeps the tenant's own. A key rewritten during
-  a listing moves forward in that stream, so a listing misses no session (it may name one
-  twice; the client keeps the first).
+  scans a bounded number of bytes of it (`services.adapters.bucket_scan.iterate_bucket`,
+  the scan of the fleet auditor's whole-bucket reads too) and keeps the tenant's own. A key
+  rewritten during a listing moves forward in that stream, so a listing misses no session
+  (it may name one twice; the client keeps the first).
 
 Every reply stays within `page_budget` bytes, below the server's `max_payload` (SPEC §4.1.1):
 the budget is in bytes, never a count. Neither read appends anything.
@@ -31,6 +32,7 @@ from nats.aio.client import Client
 from contracts.errors import ErrorCode
 from contracts.subjects import session_subject_filter
 from contracts.tenants import DEFAULT_TENANT, split_session_id
+from services.adapters.bucket_scan import iterate_bucket
 from services.adapters.session_read import RawStored, iterate_direct
 from services.gateway.replies import error_reply
 
@@ -186,16 +188,8 @@ class AuditReads:
 
     async def sessions(self, tenant: str, after: int) -> dict[str, Any]:
         """One page of the tenant's session ids."""
-        values = cast(
-            AsyncGenerator[RawStored],
-            iterate_direct(
-                self._nc,
-                f"KV_{self._bucket}",
-                f"$KV.{self._bucket}.>",
-                after,
-                batch=SESSIONS_BATCH,
-                max_bytes=self._budget,
-            ),
+        values = iterate_bucket(
+            self._nc, self._bucket, after, batch=SESSIONS_BATCH, max_bytes=self._budget
         )
         return await sessions_page(values, tenant, self._budget, SESSIONS_SCAN_BYTES)
 

@@ -81,6 +81,19 @@ def as_user(user: str) -> dict[str, str]:
     return {"REMINDERS_NATS_USER": user, "REMINDERS_NATS_PASSWORD": password(user)}
 
 
+def reminders(server: EmbeddedNats, user: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`reminders ARGUMENTS --nats URL` as `user`, the way an operator or auditor runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *arguments, "--nats", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, **as_user(user)},
+    )
+
+
 async def connect_as(server: EmbeddedNats, user: str) -> nats.aio.client.Client:
     errors: list[Exception] = []
 
@@ -195,6 +208,61 @@ def test_the_replay_user_can_replay_and_export_read_only(
     )
     assert result.returncode == 0, result.stderr
     assert b'"session_id":"audited"' in result.stdout
+
+
+async def test_the_fleet_auditor_verifies_the_whole_projection_and_creates_no_durable(
+    secured_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    settings = Settings.from_env({}, nats_url=secured_server.url)
+    runner = ServiceRunner(settings, tmp_path / "logs")
+    try:
+        for service in ("gateway", "projector"):
+            runner.start(service, extra_env=as_user(service))
+        client_nc = await connect_as(secured_server, "client")
+        client = ReminderClient(client_nc)
+        for session_id in ("audited", "second"):
+            await client.inject(session_id, "verify me", ttl_turns=2)
+            state = await client.call("state", {"session_id": session_id})
+            assert state["stale"] is False
+        # Beside the projected sessions: a projection without events (a copy of one under
+        # another key), a deleted key and a purged one, written by the operator.
+        operator = await connect_as(secured_server, "operator")
+        bucket = await operator.jetstream().key_value(settings.kv_bucket)
+        projected = (await bucket.get(session_token("audited"))).value
+        assert projected
+        for key in ("orphan", "deleted", "purged"):
+            await bucket.put(key, projected)
+        await bucket.delete("deleted")
+        await bucket.purge("purged")
+
+        # The fleet auditor lists the bucket by direct gets: it finds the orphan, and only it.
+        found = reminders(secured_server, "replay", "verify-projection", "--all")
+        assert found.returncode == 1, found.stderr
+        assert found.stderr.splitlines()[0].startswith("MISMATCH orphan: projection differs")
+        assert "deleted" not in found.stderr and "purged" not in found.stderr
+        assert "1 of 3 session(s) differ from a replay" in found.stderr
+        await bucket.delete("orphan")
+        verified = reminders(secured_server, "replay", "verify-projection", "--all")
+        assert verified.returncode == 0, verified.stderr
+        assert verified.stderr == "ok: 2 session(s) equal to a replay of the log\n"
+
+        # ...and still may create no consumer, durable or ephemeral, on the log or the bucket.
+        auditor = await connect_as(secured_server, "replay")
+        for stream in ("REMINDERS", f"KV_{settings.kv_bucket}"):
+            for subject in (
+                f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.rogue",
+                f"$JS.API.CONSUMER.CREATE.{stream}.rogue",
+                f"$JS.API.CONSUMER.CREATE.{stream}",
+            ):
+                assert await denied(auditor, subject), subject
+        durables = {info.name for info in await operator.jetstream().consumers_info("REMINDERS")}
+        assert durables == {"projector", "propagator", "observer"}
+        on_bucket = await operator.jetstream().consumers_info(f"KV_{settings.kv_bucket}")
+        assert [info.name for info in on_bucket if info.config.durable_name] == []
+        for connection in (client_nc, operator, auditor):
+            await connection.close()
+    finally:
+        runner.stop_all()
 
 
 def test_a_service_authenticates_with_a_token_from_configuration(tmp_path: Path) -> None:

@@ -9,9 +9,7 @@ foreign session answers exactly as an unknown one does. No service user may purg
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,11 +24,11 @@ from contracts.tenants import scoped_session_id
 from services.adapters.settings import Settings
 from services.workers import WORKERS
 from tests.integration.test_permissions import (
-    ROOT,
     as_user,
     connect_as,
     count,
     denied,
+    reminders,
     shipped_auth_server,
     violations,
 )
@@ -72,19 +70,6 @@ async def fleet(secured_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[S
         yield runner
     finally:
         runner.stop_all()
-
-
-def reminders(server: EmbeddedNats, user: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """`reminders ARGUMENTS --nats URL` as `user`, the way an operator or auditor runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *arguments, "--nats", server.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-        env={**os.environ, **as_user(user)},
-    )
 
 
 async def host(server: EmbeddedNats, user: str, tenant: str) -> ReminderClient:
