@@ -171,15 +171,22 @@ def server_urls(nats_url: str) -> list[str]:
 async def connect(
     settings: Settings, name: str, startup_timeout_s: float = 10.0, *, fail_fast: bool = False
 ) -> Client:
-    """A connection named after the service that reconnects forever once established.
+    """A connection named after the service that reconnects forever once established, and
+    that leaves a stalled server (paused, or cut off without a reset) within
+    `nats_ping_interval_s` × (`nats_max_outstanding_pings` + 1) for another of the list.
 
     The first connection is bounded by `startup_timeout_s`, so a wrong URL fails fast; see
     `connect_url`. Command-line tools pass `fail_fast=True` and `CLI_CONNECT_TIMEOUT_S`.
     """
+    options = {
+        **nats_kwargs(settings),
+        "ping_interval": settings.nats_ping_interval_s,
+        "max_outstanding_pings": settings.nats_max_outstanding_pings,
+    }
     return await connect_url(
         settings.nats_url,
         name,
-        nats_kwargs(settings),
+        options,
         startup_timeout_s=startup_timeout_s,
         fail_fast=fail_fast,
     )

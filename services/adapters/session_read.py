@@ -25,6 +25,13 @@ from contracts.subjects import (
 )
 from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT, JetStreamApiError
 
+#: How long one attempt at a read by direct gets may take. Any replica answers a direct get,
+#: in milliseconds; one unanswered this long most likely went to a replica that froze (a
+#: paused node, or one cut off without a reset, keeps its place among the responders until
+#: its routes are dropped), so the caller tries again — another replica answers — instead
+#: of spending its whole deadline on it.
+READ_ATTEMPT_S = 1.5
+
 
 @dataclass(frozen=True)
 class RawStored:

@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from contracts.state import SessionState
 from contracts.subjects import session_token
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
-from services.adapters.session_read import last_session_seq
+from services.adapters.session_read import READ_ATTEMPT_S, last_session_seq
 from services.adapters.settings import Settings
 
 DEFAULT_TIMEOUT_MS = 2000
@@ -77,10 +77,7 @@ class ProjectionReader:
         token = session_token(session_id)
         # Both reads at once: the order does not matter, since the value is only taken once
         # it covers the last sequence read after the query arrived.
-        last_seq, record = await _both(
-            last_session_seq(self._nc, self._settings.stream, session_id),
-            self._bucket.get(token),
-        )
+        last_seq, record = await self._read(session_id, token)
 
         def ready(record: Projected) -> bool:
             return _caught_up(record, last_seq, min_seq)
@@ -88,6 +85,22 @@ class ProjectionReader:
         if not ready(record) and timeout_s > 0:
             record = await self._wait(token, ready, timeout_s)
         return record, not ready(record)
+
+    async def _read(self, session_id: str, token: str) -> tuple[int, Projected]:
+        """The session's last stream seq and its projected value, each attempt bounded by
+        `READ_ATTEMPT_S` and tried again (another replica answers a direct get that a frozen
+        one held) until the gateway's request timeout."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._settings.request_timeout_s - READ_ATTEMPT_S
+        while True:
+            try:
+                return await _both(
+                    last_session_seq(self._nc, self._settings.stream, session_id, READ_ATTEMPT_S),
+                    self._bucket.get(token, READ_ATTEMPT_S),
+                )
+            except TimeoutError:
+                if loop.time() >= give_up:
+                    raise
 
     async def session_state(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
