@@ -65,7 +65,9 @@ class Settings(BaseModel):
     conflict_retries: int = Field(default=5, ge=0, description="REMINDERS_CONFLICT_RETRIES")
     rate_limit_per_second: int = Field(default=50, ge=1, description="REMINDERS_RATE_LIMIT")
     max_in_flight: int = Field(
-        default=256,
+        # Measured (docs/reliability.md, overload): 256 in flight let admitted commands
+        # queue behind each other for seconds; 64 keeps a saturated gateway's throughput.
+        default=64,
         ge=1,
         description="REMINDERS_MAX_IN_FLIGHT: commands a gateway serves at once; past it, a "
         "command is answered `unavailable` with `retry_after_ms` at once (load shedding).",
