@@ -1,10 +1,11 @@
 """Queries served from the projection (SPEC §4.10); `forget` (§4.11) is `forget.py`.
 
 A query must see every command whose reply was sent before it arrived: read the session's
-last stream sequence with one direct get, then wait — on the replica's one shared watch of
-the bucket (`ProjectionWatch` in `services/adapters/projection.py`), not a poll and not a
-watcher per query — until the projection has applied it (or `min_seq`), up to `timeout_ms`;
-past that, answer from the projection with `stale: true`.
+last stream sequence (one direct get; from the stream's leader on a replicated stream), then
+wait — on the replica's one shared watch of the bucket (`ProjectionWatch` in
+`services/adapters/projection.py`), not a poll and not a watcher per query — until the
+projection has applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the
+projection with `stale: true`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from nats.aio.client import Client
 from contracts.state import SessionState
 from contracts.subjects import session_token
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
-from services.adapters.session_read import READ_ATTEMPT_S, last_session_seq
+from services.adapters.session_read import (
+    READ_ATTEMPT_S,
+    last_session_seq,
+    leader_last_session_seq,
+)
 from services.adapters.settings import Settings
 
 DEFAULT_TIMEOUT_MS = 2000
@@ -65,6 +70,12 @@ class ProjectionReader:
             max_waiting_per_session=max(1, settings.max_waiting_queries // 10),
         )
         self.watch = self._bucket.watch
+        # A replicated stream's direct gets may be answered by a replica still catching up
+        # (after a heal, a restart), and a query that took its last seq from one would
+        # answer `stale: false` below a write acked before it was asked. The value itself
+        # may come from any replica: the query then waits on the bucket's watch, which the
+        # leader feeds, until it covers that seq.
+        self._last_seq = leader_last_session_seq if settings.replicas > 1 else last_session_seq
 
     async def projected(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
@@ -95,7 +106,7 @@ class ProjectionReader:
         while True:
             try:
                 return await _both(
-                    last_session_seq(self._nc, self._settings.stream, session_id, READ_ATTEMPT_S),
+                    self._last_seq(self._nc, self._settings.stream, session_id, READ_ATTEMPT_S),
                     self._bucket.get(token, READ_ATTEMPT_S),
                 )
             except TimeoutError:
