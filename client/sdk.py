@@ -7,16 +7,19 @@ async with await ReminderClient.connect("nats://127.0.0.1:4222") as client:
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any
 
 import nats
 import orjson
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.agent_events import AGENT_EVENT_SCHEMA_V1, RuntimeEvent
+from contracts.commands import PendingInjectionsQuery, StateQuery
 from contracts.errors import ErrorCode, ReminderError
 from contracts.tenants import (
     DEFAULT_TENANT,
@@ -25,7 +28,16 @@ from contracts.tenants import (
     tenant_agent_event_subject,
     tenant_command_subject,
 )
+from services.adapters.settings import DEFAULT_MAX_OUTSTANDING_PINGS, DEFAULT_PING_INTERVAL_S
 from services.adapters.telemetry import inject_traceparent
+
+#: Reads: sending one again can change nothing.
+READ_OPS = frozenset({StateQuery.op, PendingInjectionsQuery.op})
+#: How often a request waiting for its reply looks whether the connection was replaced.
+RECONNECT_CHECK_S = 0.1
+#: A request unanswered this long is sent again: the gateway's deadline (5 s by default,
+#: `Settings.request_timeout_s`) and a second for the way there and back.
+RESEND_AFTER_S = 6.0
 
 
 class ReminderClient:
@@ -38,9 +50,13 @@ class ReminderClient:
         *,
         owns_connection: bool = False,
         tenant: str = DEFAULT_TENANT,
+        resend_after_s: float | None = RESEND_AFTER_S,
     ):
         self._nc = nc
         self._timeout_s = timeout_s
+        # A gateway answers every command it received within its deadline: silence past it
+        # means the request or its reply was lost on the way (a node froze on the path).
+        self._resend_after_s = resend_after_s
         self._owns_connection = owns_connection
         # Tenants (SPEC §10.1): a host of tenant T talks on T's subjects; its credential
         # allows no others, and its session ids are its own (`default`: the plain subjects).
@@ -54,9 +70,13 @@ class ReminderClient:
 
         `options` go to `nats.connect` (credentials, TLS). With a `user`, replies come back
         under that user's private inbox `_INBOX.<user>` unless `inbox_prefix` says otherwise.
+        The connection pings its server every second and leaves it, for another server of
+        `url`'s list, after two unanswered pings (`ping_interval`, `max_outstanding_pings`).
         """
         if options.get("user") and "inbox_prefix" not in options:
             options["inbox_prefix"] = f"_INBOX.{options['user']}"
+        options.setdefault("ping_interval", DEFAULT_PING_INTERVAL_S)
+        options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
         nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3, **options)
         return cls(nc, timeout_s, owns_connection=True, tenant=tenant)
 
@@ -90,23 +110,73 @@ class ReminderClient:
 
         A command larger than the server accepts (`max_payload`, headers included) raises
         `ReminderError` `too_large` before anything is sent.
+
+        A read, or a command with a `request_id`, is sent again when the request or its reply
+        may have been lost on the way: at once when the connection was replaced while the
+        reply was awaited (its server stalled or went away, and nats-py reconnected to
+        another), and after `resend_after_s` without an answer (a node between here and the
+        gateway froze with the request inside; the gateway answers within its deadline
+        whatever it received). The first reply to any attempt is the answer; the gateway
+        answers a repeated `request_id` with the first reply, so nothing is applied twice. A
+        command without a `request_id` is never sent twice. All within `timeout_s`.
         """
         data = orjson.dumps(payload)
         headers = inject_traceparent() or None
         self._check_size(op, data, headers)
+        subject = tenant_command_subject(self._tenant, op)
+        resend = op in READ_OPS or bool(payload.get("request_id"))
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._timeout_s
+        attempts: list[asyncio.Future[Msg]] = []
         try:
-            reply = await self._nc.request(
-                tenant_command_subject(self._tenant, op),
-                data,
-                timeout=self._timeout_s,
-                headers=headers,
-            )
+            while True:
+                reconnects, sent = self._nc.stats["reconnects"], loop.time()
+                attempts.append(
+                    asyncio.ensure_future(
+                        self._nc.request(subject, data, timeout=until - sent, headers=headers)
+                    )
+                )
+                reply = await self._first_reply(attempts, reconnects, sent, until, resend)
+                if reply is not None:
+                    break
         except (NoRespondersError, NatsTimeoutError) as exc:
             raise ReminderError(
                 ErrorCode.UNAVAILABLE, f"no gateway answered {op}: {type(exc).__name__}"
             ) from exc
+        finally:
+            for attempt in attempts:
+                attempt.cancel()
         result: dict[str, Any] = orjson.loads(reply.data)
         return result
+
+    async def _first_reply(
+        self,
+        attempts: list[asyncio.Future[Msg]],
+        reconnects: int,
+        sent: float,
+        until: float,
+        resend: bool,
+    ) -> Msg | None:
+        """The first reply to any of `attempts` (the last sent at `sent`); None when it is
+        time to send again: `resend` allowed, time left, and the connection was replaced
+        since, or no answer came within `resend_after_s`. The last attempt's failure (no
+        responders, timeout) is raised; an earlier one's is left to the later attempts."""
+        loop = asyncio.get_running_loop()
+        while True:
+            done, _ = await asyncio.wait(
+                attempts, timeout=RECONNECT_CHECK_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            for attempt in done:
+                if attempt.exception() is None:
+                    return attempt.result()
+                if attempt is attempts[-1]:
+                    attempt.result()  # raises
+                attempts.remove(attempt)
+            now = loop.time()
+            replaced = self._nc.stats["reconnects"] != reconnects and self._nc.is_connected
+            silent = self._resend_after_s is not None and now - sent >= self._resend_after_s
+            if resend and now < until and (replaced or silent):
+                return None
 
     def _check_size(self, op: str, data: bytes, headers: dict[str, str] | None) -> None:
         limit = self._nc.max_payload

@@ -23,6 +23,8 @@ log = logging.getLogger("reminders.nats")
 
 #: How long a command-line tool waits for its first connection (SPEC §11: one line in 2 s).
 CLI_CONNECT_TIMEOUT_S = 1.5
+#: The least a (re)connection attempt is given to be greeted by the server.
+MIN_CONNECT_ATTEMPT_S = 2.0
 #: The schemes nats-py connects with.
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 
@@ -113,7 +115,13 @@ async def connect_url(
             hopeless.set()
 
     nc = Client()
-    timing: dict[str, Any] = {"connect_timeout": startup_timeout_s, "reconnect_time_wait": 0.5}
+    # `options` may set each attempt's own `connect_timeout`: the first connection as a
+    # whole is bounded by `startup_timeout_s` all the same.
+    timing: dict[str, Any] = {
+        "connect_timeout": startup_timeout_s,
+        "reconnect_time_wait": 0.5,
+        **(options or {}),
+    }
     attempt = asyncio.ensure_future(
         nc.connect(
             server_urls(url),
@@ -122,7 +130,6 @@ async def connect_url(
             allow_reconnect=True,
             error_cb=record,
             **timing,
-            **(options or {}),
         )
     )
     gave_up = asyncio.ensure_future(hopeless.wait())
@@ -171,15 +178,28 @@ def server_urls(nats_url: str) -> list[str]:
 async def connect(
     settings: Settings, name: str, startup_timeout_s: float = 10.0, *, fail_fast: bool = False
 ) -> Client:
-    """A connection named after the service that reconnects forever once established.
+    """A connection named after the service that reconnects forever once established, and
+    that leaves a stalled server (paused, or cut off without a reset) within
+    `nats_ping_interval_s` × (`nats_max_outstanding_pings` + 1) for another of the list —
+    and gives each reconnection attempt no longer than that either.
 
     The first connection is bounded by `startup_timeout_s`, so a wrong URL fails fast; see
     `connect_url`. Command-line tools pass `fail_fast=True` and `CLI_CONNECT_TIMEOUT_S`.
     """
+    stale_after_s = settings.nats_ping_interval_s * (settings.nats_max_outstanding_pings + 1)
+    options = {
+        **nats_kwargs(settings),
+        "ping_interval": settings.nats_ping_interval_s,
+        "max_outstanding_pings": settings.nats_max_outstanding_pings,
+        # Each (re)connection attempt: a frozen server accepts the TCP connection (its kernel
+        # does) but never greets; nats-py shuffles the pool before reconnecting, so it may
+        # pick the frozen server again, and must leave it as soon as it would a stale one.
+        "connect_timeout": min(startup_timeout_s, max(MIN_CONNECT_ATTEMPT_S, stale_after_s)),
+    }
     return await connect_url(
         settings.nats_url,
         name,
-        nats_kwargs(settings),
+        options,
         startup_timeout_s=startup_timeout_s,
         fail_fast=fail_fast,
     )

@@ -194,10 +194,10 @@ class BucketReader:
         self._bucket = bucket
         self.watch = ProjectionWatch(nc, bucket, max_waiting, max_waiting_per_session)
 
-    async def get(self, token: str) -> Projected:
+    async def get(self, token: str, timeout_s: float = READ_TIMEOUT_S) -> Projected:
         """The key's last value (`read_last_value`: one direct get, parsed with `orjson`);
         a missing, deleted or purged key is an empty record."""
-        return read_projected(await read_last_value(self._nc, self._bucket, token, READ_TIMEOUT_S))
+        return read_projected(await read_last_value(self._nc, self._bucket, token, timeout_s))
 
     async def until(
         self, token: str, ready: Callable[[Projected], bool], timeout_s: float

@@ -25,6 +25,13 @@ from contracts.subjects import (
 )
 from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT, JetStreamApiError
 
+#: How long one attempt at a read by direct gets may take. Any replica answers a direct get,
+#: in milliseconds; one unanswered this long most likely went to a replica that froze (a
+#: paused node, or one cut off without a reset, keeps its place among the responders until
+#: its routes are dropped), so the caller tries again — another replica answers — instead
+#: of spending its whole deadline on it.
+READ_ATTEMPT_S = 1.5
+
 
 @dataclass(frozen=True)
 class RawStored:
@@ -332,3 +339,23 @@ async def last_session_seq(nc: Client, stream: str, session_id: str, timeout_s: 
             {"code": int(headers["Status"]), "description": headers.get("Description", "")}
         )
     return int(headers["Nats-Sequence"])
+
+
+async def leader_last_session_seq(
+    nc: Client, stream: str, session_id: str, timeout_s: float = 5.0
+) -> int:
+    """Stream sequence of the session's last event (0 when it has none), as the stream's
+    leader has it: a `STREAM.MSG.GET`, which waits in the server's JetStream API queue where
+    a direct get does not, but is never answered by a replica still catching up after a
+    partition heals or a node restarts."""
+    request = {"last_by_subj": session_subject_filter(session_id)}
+    reply = await nc.request(
+        f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps(request), timeout=timeout_s
+    )
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    error = answer.get("error")
+    if error is not None:
+        if int(error.get("code", 0)) == 404:  # no message on the session's subjects
+            return 0
+        raise JetStreamApiError(error)
+    return int(answer["message"]["seq"])

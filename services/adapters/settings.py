@@ -22,6 +22,13 @@ from core.config import CoreConfig
 from core.size import check_fits
 from services.adapters.tenants_config import TenantsFile, load_tenants
 
+#: How often a connection pings its server, and how many pings may go unanswered before the
+#: connection is taken as stale and replaced by one to another server of the list: a paused
+#: or silently cut server is left within interval × (outstanding + 1), 3 s, instead of
+#: nats-py's 2 min × 3. Measured cost: docs/reliability.md (known limits, stalled servers).
+DEFAULT_PING_INTERVAL_S = 1.0
+DEFAULT_MAX_OUTSTANDING_PINGS = 2
+
 
 class Settings(BaseModel):
     """What every service and the CLI need to know."""
@@ -58,7 +65,9 @@ class Settings(BaseModel):
     conflict_retries: int = Field(default=5, ge=0, description="REMINDERS_CONFLICT_RETRIES")
     rate_limit_per_second: int = Field(default=50, ge=1, description="REMINDERS_RATE_LIMIT")
     max_in_flight: int = Field(
-        default=256,
+        # Measured (docs/reliability.md, overload): 256 in flight let admitted commands
+        # queue behind each other for seconds; 64 keeps a saturated gateway's throughput.
+        default=64,
         ge=1,
         description="REMINDERS_MAX_IN_FLIGHT: commands a gateway serves at once; past it, a "
         "command is answered `unavailable` with `retry_after_ms` at once (load shedding).",
@@ -84,6 +93,17 @@ class Settings(BaseModel):
         ge=0,
         description="REMINDERS_FAILOVER_AFTER_S (a gateway whose commits find no stream leader "
         "for this long reconnects to another server; 0: never)",
+    )
+    nats_ping_interval_s: float = Field(
+        default=DEFAULT_PING_INTERVAL_S,
+        gt=0,
+        description="REMINDERS_NATS_PING_INTERVAL_S (how often a connection pings its server)",
+    )
+    nats_max_outstanding_pings: int = Field(
+        default=DEFAULT_MAX_OUTSTANDING_PINGS,
+        ge=1,
+        description="REMINDERS_NATS_MAX_OUTSTANDING_PINGS (unanswered pings before a "
+        "connection is stale and replaced by one to another server)",
     )
     nats_user: str | None = Field(default=None, description="REMINDERS_NATS_USER")
     nats_password: str | None = Field(default=None, description="REMINDERS_NATS_PASSWORD")
@@ -153,6 +173,8 @@ class Settings(BaseModel):
             "REMINDERS_PROJECTOR_PARTITIONS": "projector_partitions",
             "REMINDERS_PROJECTOR_PARTITION": "projector_partition",
             "REMINDERS_PROJECTOR_CACHE_BYTES": "projector_cache_bytes",
+            "REMINDERS_NATS_PING_INTERVAL_S": "nats_ping_interval_s",
+            "REMINDERS_NATS_MAX_OUTSTANDING_PINGS": "nats_max_outstanding_pings",
             "REMINDERS_NATS_USER": "nats_user",
             "REMINDERS_NATS_PASSWORD": "nats_password",
             "REMINDERS_NATS_INBOX_PREFIX": "nats_inbox_prefix",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
 
 import orjson
 from nats.aio.client import Client
@@ -38,6 +37,9 @@ from services.gateway.service import QUERY_OPS, CommandService
 log = logging.getLogger("reminders.gateway")
 
 QUEUE_GROUP = "reminders-gateway"
+#: The answer to a shed command, encoded once: under overload the gateway sends it for most
+#: of what arrives, and must spend as little as possible on each.
+OVERLOADED = orjson.dumps(overloaded_reply())
 
 
 class CommandListener:
@@ -48,7 +50,7 @@ class CommandListener:
         nc: Client,
         service: CommandService,
         tracer: Tracer | None,
-        in_flight: int = 256,
+        in_flight: int = 64,
     ) -> None:
         self._nc = nc
         self._service = service
@@ -97,8 +99,7 @@ class CommandListener:
         error; a notification, or a request without a reply subject, gets nothing)."""
         if not message.reply:
             return
-        reply = overloaded_reply()
-        body: dict[str, Any] = reply
+        body = OVERLOADED
         if last_token(message.subject) == RPC_OP:
             try:
                 raw = orjson.loads(message.data)
@@ -106,9 +107,9 @@ class CommandListener:
                 raw = None
             if not isinstance(raw, dict) or "id" not in raw:
                 return
-            body = rpc_error_response(raw.get("id"), reply)
+            body = orjson.dumps(rpc_error_response(raw.get("id"), overloaded_reply()))
         try:
-            await message.respond(orjson.dumps(body))
+            await message.respond(body)
         except Exception:  # the client times out and retries
             log.exception("reply failed", extra={"op": "shed"})
 

@@ -1,10 +1,11 @@
 """Queries served from the projection (SPEC §4.10); `forget` (§4.11) is `forget.py`.
 
 A query must see every command whose reply was sent before it arrived: read the session's
-last stream sequence with one direct get, then wait — on the replica's one shared watch of
-the bucket (`ProjectionWatch` in `services/adapters/projection.py`), not a poll and not a
-watcher per query — until the projection has applied it (or `min_seq`), up to `timeout_ms`;
-past that, answer from the projection with `stale: true`.
+last stream sequence (one direct get; from the stream's leader on a replicated stream), then
+wait — on the replica's one shared watch of the bucket (`ProjectionWatch` in
+`services/adapters/projection.py`), not a poll and not a watcher per query — until the
+projection has applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the
+projection with `stale: true`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from nats.aio.client import Client
 from contracts.state import SessionState
 from contracts.subjects import session_token
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
-from services.adapters.session_read import last_session_seq
+from services.adapters.session_read import (
+    READ_ATTEMPT_S,
+    last_session_seq,
+    leader_last_session_seq,
+)
 from services.adapters.settings import Settings
 
 DEFAULT_TIMEOUT_MS = 2000
@@ -65,6 +70,12 @@ class ProjectionReader:
             max_waiting_per_session=max(1, settings.max_waiting_queries // 10),
         )
         self.watch = self._bucket.watch
+        # A replicated stream's direct gets may be answered by a replica still catching up
+        # (after a heal, a restart), and a query that took its last seq from one would
+        # answer `stale: false` below a write acked before it was asked. The value itself
+        # may come from any replica: the query then waits on the bucket's watch, which the
+        # leader feeds, until it covers that seq.
+        self._last_seq = leader_last_session_seq if settings.replicas > 1 else last_session_seq
 
     async def projected(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None
@@ -77,10 +88,7 @@ class ProjectionReader:
         token = session_token(session_id)
         # Both reads at once: the order does not matter, since the value is only taken once
         # it covers the last sequence read after the query arrived.
-        last_seq, record = await _both(
-            last_session_seq(self._nc, self._settings.stream, session_id),
-            self._bucket.get(token),
-        )
+        last_seq, record = await self._read(session_id, token)
 
         def ready(record: Projected) -> bool:
             return _caught_up(record, last_seq, min_seq)
@@ -88,6 +96,22 @@ class ProjectionReader:
         if not ready(record) and timeout_s > 0:
             record = await self._wait(token, ready, timeout_s)
         return record, not ready(record)
+
+    async def _read(self, session_id: str, token: str) -> tuple[int, Projected]:
+        """The session's last stream seq and its projected value, each attempt bounded by
+        `READ_ATTEMPT_S` and tried again (another replica answers a direct get that a frozen
+        one held) until the gateway's request timeout."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._settings.request_timeout_s - READ_ATTEMPT_S
+        while True:
+            try:
+                return await _both(
+                    self._last_seq(self._nc, self._settings.stream, session_id, READ_ATTEMPT_S),
+                    self._bucket.get(token, READ_ATTEMPT_S),
+                )
+            except TimeoutError:
+                if loop.time() >= give_up:
+                    raise
 
     async def session_state(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None

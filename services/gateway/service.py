@@ -45,7 +45,7 @@ from services.adapters import stages
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
-from services.adapters.session_read import last_session_seq, read_session
+from services.adapters.session_read import READ_ATTEMPT_S, last_session_seq, read_session
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.audit_reads import AuditReads, too_busy_reply
@@ -199,16 +199,12 @@ class NatsCommandPorts:
 
     async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
         """The stream seq of the session's last event (a direct get of the last message on
-        its subjects)."""
+        its subjects); one attempt (`READ_ATTEMPT_S`): the command path tries again."""
+        attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
         try:
             return await asyncio.wait_for(
-                last_session_seq(
-                    self._nc,
-                    self._settings.stream,
-                    session_id,
-                    timeout_s=min(timeout_s, self._settings.request_timeout_s),
-                ),
-                timeout_s,
+                last_session_seq(self._nc, self._settings.stream, session_id, attempt_s),
+                attempt_s,
             )
         except (TimeoutError, NatsError, JetStreamApiError) as exc:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
@@ -216,15 +212,13 @@ class NatsCommandPorts:
     async def read(
         self, session_id: str, timeout_s: float
     ) -> tuple[CachedSession, list[tuple[Event, int]]]:
-        """Fold the session from its events in the log (and cache it)."""
+        """Fold the session from its events in the log (and cache it); each direct get is
+        one attempt (`READ_ATTEMPT_S`), after which the command path tries again."""
+        attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
         try:
             stored = await asyncio.wait_for(
-                read_session(
-                    self._nc,
-                    self._settings.stream,
-                    session_id,
-                    timeout_s=min(timeout_s, self._settings.request_timeout_s),
-                ),
+                read_session(self._nc, self._settings.stream, session_id, timeout_s=attempt_s),
+                # The whole read (a long session takes several batches) within the deadline.
                 timeout_s,
             )
         except (TimeoutError, NatsError, JetStreamApiError) as exc:

@@ -38,6 +38,11 @@ from tests.processes import ServiceRunner
 # --------------------------------------------------------------------------- the cluster
 
 
+#: The route pings of k8s/base/nats.conf: a frozen node's routes (and the subscriptions
+#: they carry, a gateway's queue subscription among them) are dropped within 3–4 s.
+ROUTE_PINGS = '  ping_interval: "1s"\n  ping_max: 3\n'
+
+
 class ClusterNode(EmbeddedNats):
     """One nats-server of a loopback cluster, configured from its own file."""
 
@@ -61,6 +66,7 @@ class ClusterNode(EmbeddedNats):
             f'  name: "reminders-faults"\n'
             f'  listen: "{self.host}:{self.cluster_port}"\n'
             f"  routes: [{routes}]\n"
+            f"{ROUTE_PINGS}"
             f"}}\n",
             encoding="utf-8",
         )

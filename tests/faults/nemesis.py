@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +214,50 @@ async def stream_leader(nc: Client, stream: str, cluster: Cluster, bound_s: floa
                     return index
         await asyncio.sleep(0.5)
     raise AssertionError(f"{stream} has no leader after {bound_s}s")
+
+
+def connection_names(node: ClusterNode) -> list[str]:
+    """The names of the client connections a node serves (its monitor's /connz)."""
+    url = f"http://{node.host}:{node.monitor_port}/connz?limit=1024"
+    with urllib.request.urlopen(url, timeout=2) as response:
+        connections = json.loads(response.read()).get("connections") or []
+    return [str(connection.get("name") or "") for connection in connections]
+
+
+def node_serving(cluster: Cluster, name: str) -> int:
+    """Index of the node the connection named `name` is connected to."""
+    for index, node in enumerate(cluster.nodes):
+        if name in connection_names(node):
+            return index
+    raise AssertionError(f"no node serves a connection named {name}")
+
+
+async def move_leader(
+    nc: Client, stream: str, cluster: Cluster, index: int, bound_s: float = 30
+) -> None:
+    """Make node `index` the stream's leader: step the leader down with that node preferred,
+    until it leads (bounded)."""
+    deadline = time.monotonic() + bound_s
+    request = json.dumps({"placement": {"preferred": cluster.nodes[index].name}}).encode()
+    while await stream_leader(nc, stream, cluster) != index:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{stream}'s leader did not move to node {index}")
+        with contextlib.suppress(Exception):
+            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", request, timeout=5)
+        await asyncio.sleep(1.0)
+
+
+async def reconnect_to(nc: Client, cluster: Cluster, index: int, bound_s: float = 30) -> None:
+    """Move a connection to node `index` (nats-py reconnects to the next server of its
+    pool each time it is told to)."""
+    deadline = time.monotonic() + bound_s
+    port = cluster.nodes[index].port
+    while not (nc.is_connected and nc.connected_url and nc.connected_url.port == port):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the connection did not move to node {index}")
+        if nc.is_connected:
+            await nc.force_reconnect()
+        await asyncio.sleep(0.2)
 
 
 @dataclass

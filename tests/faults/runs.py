@@ -89,6 +89,8 @@ class Ctx:
     history: History
     faults: Faults
     rng: random.Random
+    #: The workload's connections (the first is `nc`), one per client connection.
+    connections: list[Client] = field(default_factory=list)
 
     async def fault(self, kind: str, act: Callable[[], Awaitable[None]]) -> None:
         """Run one fault, noting when it started and how long it lasted."""
@@ -195,6 +197,11 @@ class RunShape:
     pause_s: float = 0.02
     #: The workload's operation weights (None: `history.MIX`).
     mix: dict[str, int] | None = None
+    #: How long a client waits for an answer, its resends included.
+    client_timeout_s: float = CLIENT_TIMEOUT_S
+    #: The workload's NATS connections (the clients use them in turn); the first is the
+    #: checker's.
+    client_connections: int = 1
 
 
 async def run_checked(
@@ -216,10 +223,16 @@ async def run_checked(
         services.start("projector-a", "projector")
         services.start("propagator-a", "propagator")
         nc = await connect(settings, "faults-checker")
+        connections = [nc]
         try:
-            return await _drive(cluster, settings, out, shape, nemesis, services, nc, watch)
+            for k in range(1, shape.client_connections):
+                connections.append(await connect(settings, f"faults-client-{k}"))
+            return await _drive(
+                cluster, settings, out, shape, nemesis, services, connections, watch
+            )
         finally:
-            await nc.close()
+            for connection in connections:
+                await connection.close()
     finally:
         runner.stop_all()
 
@@ -231,19 +244,21 @@ async def _drive(
     shape: RunShape,
     nemesis: Callable[[Ctx], Awaitable[None]],
     services: Services,
-    nc: Client,
+    connections: list[Client],
     watch: Callable[[Ctx], Awaitable[None]] | None,
 ) -> tuple[Report, History, Faults]:
     history = History(out / "history.jsonl")
     print(f"history: {history.path}")
-    client = ReminderClient(nc, timeout_s=CLIENT_TIMEOUT_S)
+    nc = connections[0]
+    clients = [ReminderClient(c, timeout_s=shape.client_timeout_s) for c in connections]
+    client = clients[0]
     sessions = [f"h{i}" for i in range(shape.sessions)]
     workload = Workload(
-        [client], history, sessions, shape.clients_per_session, pause_s=shape.pause_s
+        clients, history, sessions, shape.clients_per_session, pause_s=shape.pause_s
     )
     if shape.mix is not None:
         workload.mix = dict(shape.mix)
-    ctx = Ctx(cluster, services, nc, settings, history, Faults(), random.Random(23))
+    ctx = Ctx(cluster, services, nc, settings, history, Faults(), random.Random(23), connections)
     stop = asyncio.Event()
     load = asyncio.create_task(workload.run(stop))
     watching = asyncio.ensure_future(watch(ctx)) if watch is not None else None

@@ -20,7 +20,9 @@ from services.gateway.committer import GroupCommitter
 from services.gateway.service import CommandService
 from tests.processes import ServiceRunner
 
-UNLIMITED = {"REMINDERS_RATE_LIMIT": "100000"}
+#: No rate limit and no load shedding: these tests are about order and exactly-once, with
+#: every command let in.
+UNLIMITED = {"REMINDERS_RATE_LIMIT": "100000", "REMINDERS_MAX_IN_FLIGHT": "1000"}
 
 
 async def folded(nc: Client, settings: Settings, session_id: str) -> tuple[SessionState, list[Any]]:

@@ -18,9 +18,11 @@ class RecordingConnection:
     """Stands in for a nats-py connection: records each request, answers ok."""
 
     max_payload = 1 << 20
+    is_connected = True
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.stats = {"reconnects": 0}
 
     async def request(self, subject: str, data: bytes, **_: Any) -> Reply:
         self.sent.append((subject, orjson.loads(data)))

@@ -1,0 +1,91 @@
+"""The SDK sends a request again when it may have been lost on the way (a node froze with it
+inside): at once when its connection was replaced, after `resend_after_s` of silence
+otherwise — only a read or a command with a `request_id`, and the first reply of any attempt
+is the answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from client.sdk import ReminderClient
+from contracts.errors import ReminderError
+
+
+class Reply:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class FrozenThenLive:
+    """A connection whose first `lost` requests vanish (held inside a frozen node) and
+    whose later ones are answered with the attempt's number."""
+
+    max_payload = 1 << 20
+    is_connected = True
+
+    def __init__(self, lost: int = 1) -> None:
+        self.stats = {"reconnects": 0}
+        self.sent: list[dict[str, Any]] = []
+        self.lost = lost
+
+    async def request(self, subject: str, data: bytes, timeout: float, **_: Any) -> Reply:
+        self.sent.append(orjson.loads(data))
+        attempt = len(self.sent)
+        if attempt <= self.lost:
+            await asyncio.sleep(timeout)
+            raise NatsTimeoutError
+        return Reply(orjson.dumps({"ok": True, "attempt": attempt}))
+
+
+async def reconnect_after(nc: FrozenThenLive, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    nc.stats["reconnects"] += 1
+
+
+async def test_a_command_with_a_request_id_is_sent_again_once_the_connection_is_replaced() -> None:
+    nc = FrozenThenLive()
+    client = ReminderClient(nc, timeout_s=5.0, resend_after_s=None)  # type: ignore[arg-type]
+    payload = {"session_id": "s", "request_id": "r-1", "reminder": {"body": "x"}}
+    moved = asyncio.create_task(reconnect_after(nc, 0.3))
+    reply = await asyncio.wait_for(client.request("inject", payload), 2.0)
+    await moved
+    assert reply == {"ok": True, "attempt": 2}
+    assert nc.sent == [payload, payload]  # the same bytes: the same request_id
+
+
+async def test_a_read_is_sent_again_after_silence() -> None:
+    nc = FrozenThenLive()
+    client = ReminderClient(nc, timeout_s=5.0, resend_after_s=0.3)  # type: ignore[arg-type]
+    reply = await asyncio.wait_for(client.request("state", {"session_id": "s"}), 2.0)
+    assert reply == {"ok": True, "attempt": 2}
+
+
+async def test_a_command_without_a_request_id_is_never_sent_twice() -> None:
+    nc = FrozenThenLive()
+    client = ReminderClient(nc, timeout_s=0.8, resend_after_s=0.2)  # type: ignore[arg-type]
+    moved = asyncio.create_task(reconnect_after(nc, 0.3))
+    with pytest.raises(ReminderError) as raised:
+        await client.request("inject", {"session_id": "s", "reminder": {"body": "x"}})
+    await moved
+    assert raised.value.code == "unavailable"
+    assert len(nc.sent) == 1
+
+
+async def test_an_answer_to_the_first_attempt_still_counts_after_a_resend() -> None:
+    class SlowFirst(FrozenThenLive):
+        async def request(self, subject: str, data: bytes, timeout: float, **_: Any) -> Reply:
+            self.sent.append(orjson.loads(data))
+            attempt = len(self.sent)
+            await asyncio.sleep(0.5 if attempt == 1 else timeout)
+            return Reply(orjson.dumps({"ok": True, "attempt": attempt}))
+
+    nc = SlowFirst()
+    client = ReminderClient(nc, timeout_s=3.0, resend_after_s=0.2)  # type: ignore[arg-type]
+    reply = await asyncio.wait_for(client.request("state", {"session_id": "s"}), 2.0)
+    assert reply == {"ok": True, "attempt": 1}
+    assert len(nc.sent) >= 2
