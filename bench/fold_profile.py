@@ -215,6 +215,38 @@ def one_round(messages: list[Message], batch: int) -> tuple[dict[str, float], st
     return per_event, digest_of(bucket)
 
 
+def print_steps(messages: list[Message], batch: int, rounds: int) -> str:
+    """The per-step table of `rounds` catch-ups and their median; returns the digest."""
+    columns = (*STEPS, "total")
+    print("| round | " + " | ".join(columns) + " |")
+    rows: list[dict[str, float]] = []
+    digests: set[str] = set()
+    for number in range(1, rounds + 1):
+        row, digest = one_round(messages, batch)
+        rows.append(row)
+        digests.add(digest)
+        print(f"| {number} | " + " | ".join(f"{row[c]:.1f}" for c in columns) + " |")
+    median = {c: statistics.median(row[c] for row in rows) for c in columns}
+    print("| median | " + " | ".join(f"{median[c]:.1f}" for c in columns) + " |")
+    print("digest", " ".join(sorted(digests)))
+    return min(digests)
+
+
+def print_projector(messages: list[Message], batch: int, rounds: int) -> set[str]:
+    """The real `Projector`'s CPU per event in `rounds` catch-ups; returns their digests."""
+    print("| round | Projector.process, µs CPU per event | of which gc |")
+    totals: list[float] = []
+    digests: set[str] = set()
+    for number in range(1, rounds + 1):
+        total, collecting, digest = projector_round(messages, batch)
+        totals.append(total)
+        digests.add(digest)
+        print(f"| {number} | {total:.1f} | {collecting:.1f} |")
+    print(f"| median | {statistics.median(totals):.1f} | |")
+    print("digest", " ".join(sorted(digests)))
+    return digests
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the log, run the rounds, print the table (and a cProfile with `--cprofile`)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -229,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--projector", action="store_true", help="also time the real Projector, bucket in memory"
     )
+    parser.add_argument("--projector-only", action="store_true", help="only the Projector")
     parser.add_argument("--cprofile", action="store_true", help="profile one more round")
     args = parser.parse_args(argv)
     if args.log is not None and args.log.exists():
@@ -239,29 +272,13 @@ def main(argv: list[str] | None = None) -> int:
             args.log.write_bytes(pickle.dumps(messages))
     mean_bytes = sum(len(data) for _, data, _ in messages) / len(messages)
     print(f"{len(messages)} events, mean {mean_bytes:.0f} bytes, batches of {args.batch}")
-    columns = (*STEPS, "total")
-    print("| round | " + " | ".join(columns) + " |")
-    rows: list[dict[str, float]] = []
     digests: set[str] = set()
-    for number in range(1, args.rounds + 1):
-        row, digest = one_round(messages, args.batch)
-        rows.append(row)
-        digests.add(digest)
-        print(f"| {number} | " + " | ".join(f"{row[c]:.1f}" for c in columns) + " |")
-    median = {c: statistics.median(row[c] for row in rows) for c in columns}
-    print("| median | " + " | ".join(f"{median[c]:.1f}" for c in columns) + " |")
-    print("digest", " ".join(sorted(digests)))
-    if args.projector:
-        print("| round | Projector.process, µs CPU per event | of which gc |")
-        totals: list[float] = []
-        for number in range(1, args.rounds + 1):
-            total, collecting, digest = projector_round(messages, args.batch)
-            totals.append(total)
-            digests.add(digest)
-            print(f"| {number} | {total:.1f} | {collecting:.1f} |")
-        print(f"| median | {statistics.median(totals):.1f} | |")
-        if len(digests) > 1:
-            raise SystemExit(f"the projector's bucket differs from the fold's: {digests}")
+    if not args.projector_only:
+        digests.add(print_steps(messages, args.batch, args.rounds))
+    if args.projector or args.projector_only:
+        digests |= print_projector(messages, args.batch, args.rounds)
+    if len(digests) > 1:
+        raise SystemExit(f"the buckets differ between rounds or ways: {sorted(digests)}")
     if args.cprofile:
         profiler = cProfile.Profile()
         profiler.enable()
