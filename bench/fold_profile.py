@@ -39,6 +39,7 @@ from contracts.subjects import event_subject, last_token
 from core import projection
 from core.canonical import canonical_bytes
 from services.adapters.records import decode_record, encode_state
+from services.projector import app
 from services.projector.apply import Projector
 
 #: Steps in the order the projector runs them; `kv_decode` is part of the projector's
@@ -172,9 +173,13 @@ def projector_round(messages: list[Message], batch: int) -> tuple[float, float, 
             await projector.process(list(deliveries[start : start + batch]))
 
     # The log and its deliveries are the harness's, not the projector's: out of the
-    # collector's sight, as a live projector holds one batch of messages, not the log.
+    # collector's sight, as a live projector holds one batch of messages, not the log. Then
+    # the collector as the projector's process sets it, if this tree does.
     gc.collect()
     gc.freeze()
+    tune: Callable[[], None] | None = getattr(app, "collect_less_often", None)
+    if tune is not None:
+        tune()
     gc.callbacks.append(on_gc)
     started = time.thread_time_ns()
     try:
