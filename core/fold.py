@@ -69,6 +69,16 @@ def _copy_containers(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _append_once(ids: list[str], index: set[str] | None, item: str) -> set[str]:
+    """Append `item` to `ids` unless it is there; `index` is the set of `ids`, built when
+    None. Returns the set."""
+    index = set(ids) if index is None else index
+    if item not in index:
+        index.add(item)
+        ids.append(item)
+    return index
+
+
 @dataclass
 class Scratch:
     """A mutable copy of `SessionState` used while folding or deciding.
@@ -121,19 +131,11 @@ class Scratch:
 
     def see(self, reminder_id: str) -> None:
         """Remember an id for `revoke`'s unknown/already-delivered distinction."""
-        if self._seen is None:
-            self._seen = set(self.seen_ids)
-        if reminder_id not in self._seen:
-            self._seen.add(reminder_id)
-            self.seen_ids.append(reminder_id)
+        self._seen = _append_once(self.seen_ids, self._seen, reminder_id)
 
     def fire(self, reminder_id: str) -> None:
         """Remember an id as fired at least once, for `acknowledge`."""
-        if self._fired is None:
-            self._fired = set(self.fired_ids)
-        if reminder_id not in self._fired:
-            self._fired.add(reminder_id)
-            self.fired_ids.append(reminder_id)
+        self._fired = _append_once(self.fired_ids, self._fired, reminder_id)
 
     def drop_pending(self, ids: Iterable[str]) -> None:
         """Remove live reminders by id."""
