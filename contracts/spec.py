@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -41,9 +40,16 @@ MAX_WIRE_INT = 2**53 - 1
 DEFAULT_MAX_BODY_BYTES = 32 * 1024
 
 
+#: Unicode category Cc, which is closed: exactly the C0 controls, DEL and the C1 controls.
+_CONTROL_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def has_control_chars(text: str) -> bool:
-    """True when `text` holds a C0/C1 control character (Unicode category Cc)."""
-    return any(unicodedata.category(ch) == "Cc" for ch in text)
+    """True when `text` holds a C0/C1 control character (Unicode category Cc).
+
+    One regular-expression search, not a category lookup per character: every identifier of
+    every event is checked on each decode."""
+    return _CONTROL_CHAR.search(text) is not None
 
 
 def is_utf8_encodable(text: str) -> bool:

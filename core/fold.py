@@ -69,6 +69,16 @@ def _copy_containers(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _append_once(ids: list[str], index: set[str] | None, item: str) -> set[str]:
+    """Append `item` to `ids` unless it is there; `index` is the set of `ids`, built when
+    None. Returns the set."""
+    index = set(ids) if index is None else index
+    if item not in index:
+        index.add(item)
+        ids.append(item)
+    return index
+
+
 @dataclass
 class Scratch:
     """A mutable copy of `SessionState` used while folding or deciding.
@@ -100,27 +110,32 @@ class Scratch:
     last_occurred_at: str | None
     fired_ids: list[str]
     acknowledged: dict[str, list[AckOutcome]]
-    _seen: set[str] = field(default_factory=set, repr=False)
-    _fired: set[str] = field(default_factory=set, repr=False)
+    # Sets of `seen_ids` and `fired_ids`, built on first use: most events need neither.
+    _seen: set[str] | None = field(default=None, repr=False)
+    _fired: set[str] | None = field(default=None, repr=False)
 
     @classmethod
     def thaw(cls, state: SessionState) -> Scratch:
         """A scratch copy whose lists can be changed without touching `state`."""
-        scratch = cls(**_copy_containers(state.__dict__.copy()))
-        scratch._seen = set(state.seen_ids)
-        scratch._fired = set(state.fired_ids)
-        return scratch
+        return cls(**_copy_containers(state.__dict__.copy()))
 
     def freeze(self) -> SessionState:
         """The immutable state; rows are already validated models."""
         values = {name: getattr(self, name) for name in STATE_FIELDS}
         return trusted(SessionState, _copy_containers(values))
 
+    def release(self) -> SessionState:
+        """`freeze` for the scratch's last use: the state takes over its lists and dicts
+        instead of copies, so the scratch must not change afterwards."""
+        return trusted(SessionState, {name: getattr(self, name) for name in STATE_FIELDS})
+
     def see(self, reminder_id: str) -> None:
         """Remember an id for `revoke`'s unknown/already-delivered distinction."""
-        if reminder_id not in self._seen:
-            self._seen.add(reminder_id)
-            self.seen_ids.append(reminder_id)
+        self._seen = _append_once(self.seen_ids, self._seen, reminder_id)
+
+    def fire(self, reminder_id: str) -> None:
+        """Remember an id as fired at least once, for `acknowledge`."""
+        self._fired = _append_once(self.fired_ids, self._fired, reminder_id)
 
     def drop_pending(self, ids: Iterable[str]) -> None:
         """Remove live reminders by id."""
@@ -178,9 +193,7 @@ def _revoked(s: Scratch, p: ev.Revoked, _: ev.Event) -> None:
 
 
 def _fired(s: Scratch, p: ev.Fired, _: ev.Event) -> None:
-    if p.reminder_id not in s._fired:
-        s._fired.add(p.reminder_id)
-        s.fired_ids.append(p.reminder_id)
+    s.fire(p.reminder_id)
     s.pending = [
         row.model_copy(update={"delivered": True, "delivered_at_turn": p.turn_number})
         if row.spec.id == p.reminder_id
@@ -394,7 +407,7 @@ def fold(state: SessionState, event: ev.Event, stream_seq: int | None = None) ->
     """The state after `event`; `stream_seq` is the event's position in the stream, if known."""
     scratch = Scratch.thaw(state)
     apply_event(scratch, event, stream_seq)
-    return scratch.freeze()
+    return scratch.release()
 
 
 def fold_all(
@@ -405,4 +418,4 @@ def fold_all(
     for item in events:
         event, stream_seq = item if isinstance(item, tuple) else (item, None)
         apply_event(scratch, event, stream_seq)
-    return scratch.freeze()
+    return scratch.release()

@@ -199,7 +199,7 @@ class SessionFold:
     def record(self) -> Record:
         """The record after every event added so far."""
         if self._scratch is not None:
-            self._record = self._scratch.freeze()
+            self._record = self._scratch.release()
             self._scratch = None
         return self._record
 

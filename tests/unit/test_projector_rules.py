@@ -244,3 +244,19 @@ async def test_a_session_failing_its_write_leaves_the_others_written_and_acked()
         await Projector(store, dlq).process([*down, *ok])
     assert all(item.acked for item in ok) and not any(item.acked for item in down)
     assert stored_state(store, "ok").session_seq == len(ok)
+
+
+def test_the_projector_process_collects_young_garbage_less_often_and_freezes_start_up() -> None:
+    import gc
+
+    from services.projector.app import COLLECT_AFTER_ALLOCATIONS, collect_less_often
+
+    before = gc.get_threshold()
+    try:
+        collect_less_often()
+        assert gc.get_threshold() == (COLLECT_AFTER_ALLOCATIONS, *before[1:])
+        assert before[0] < COLLECT_AFTER_ALLOCATIONS
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

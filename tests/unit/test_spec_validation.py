@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import unicodedata
 from typing import Any
 
 import pytest
@@ -9,7 +11,7 @@ from pydantic import ValidationError
 
 from contracts.commands import parse_command
 from contracts.errors import ErrorCode, ReminderError
-from contracts.spec import ReminderSpec, ResolvedSpec, parse_reminder
+from contracts.spec import ReminderSpec, ResolvedSpec, has_control_chars, parse_reminder
 from tests.support import Driver
 
 
@@ -215,3 +217,13 @@ def test_a_resolved_spec_needs_an_id_and_a_turn_and_keeps_every_spec_rule(
 ) -> None:
     with pytest.raises(ValidationError):
         ResolvedSpec.model_validate(raw)
+
+
+def test_control_characters_are_exactly_unicode_category_cc() -> None:
+    """The one-search check against the category of every code point, alone and in text."""
+    for point in range(sys.maxunicode + 1):
+        char = chr(point)
+        is_control = unicodedata.category(char) == "Cc"
+        assert has_control_chars(char) is is_control, hex(point)
+        assert has_control_chars(f"id-{char}-7") is is_control, hex(point)
+    assert has_control_chars("") is False

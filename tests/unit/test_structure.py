@@ -263,3 +263,21 @@ def test_thaw_then_freeze_gives_back_an_equal_state_that_shares_no_list() -> Non
     frozen = scratch.freeze()
     scratch.seen_ids.append("c")
     assert frozen.seen_ids == ["a", "b"]
+
+
+def test_release_gives_the_state_freeze_gives_and_thaw_builds_the_id_sets_on_first_use() -> None:
+    from contracts.state import SessionState
+    from core.fold import Scratch
+
+    state = SessionState(session_id="s", seen_ids=["a"], fired_ids=["a"], counters={"q": 1})
+    scratch = Scratch.thaw(state)
+    scratch.see("a")
+    scratch.see("b")
+    scratch.fire("a")
+    scratch.fire("b")
+    assert scratch.seen_ids == ["a", "b"] and scratch.fired_ids == ["a", "b"]
+    frozen = scratch.freeze()
+    released = scratch.release()
+    assert released == frozen
+    assert released.seen_ids is scratch.seen_ids  # handed over, not copied
+    assert state.seen_ids == ["a"] and state.fired_ids == ["a"]
