@@ -279,3 +279,15 @@ def test_verify_re_derives_budget_mutes_withheld_and_flags_a_forged_summary() ->
     problem = verify(rechain(rows_of(list(log))))
     assert problem is not None and "budget shed other directives" in problem
     assert contract in delivered.payload.directive_ids
+
+
+def test_an_unknown_mute_id_is_named_in_the_refusal() -> None:
+    driver = Driver()
+    driver.ok("mute", selector={"tag": "t"})
+    decision = driver.run("unmute", mute_id="never")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "unknown_mute_id",
+        "message": "no active mute with this id in the session",
+        "details": {"mute_id": "never"},
+    }

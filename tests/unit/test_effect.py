@@ -389,3 +389,12 @@ def test_verify_flags_a_deadline_expiry_of_a_reminder_not_past_its_deadline() ->
     payload["reason"], payload["expired_at_boundary"] = "deadline", "deadline"
     problem = verify(rechain(rows))
     assert problem is not None and "deadline" in problem
+
+
+def test_every_outcome_of_one_reminder_is_remembered_in_order() -> None:
+    session, shown, _, _ = _delivered_session()
+    session.ok("acknowledge", reminder_id=shown, turn=0, outcome="acted")
+    session.ok("acknowledge", reminder_id=shown, turn=0, outcome="ignored")
+    assert session.state.acknowledged == {shown: ["acted", "ignored"]}
+    again = session.run("acknowledge", reminder_id=shown, turn=0, outcome="acted")
+    assert again.events == () and again.reply["already_acknowledged"] is True
