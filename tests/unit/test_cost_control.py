@@ -291,3 +291,26 @@ def test_an_unknown_mute_id_is_named_in_the_refusal() -> None:
         "message": "no active mute with this id in the session",
         "details": {"mute_id": "never"},
     }
+
+
+def test_mute_refusals_name_their_bound_field_and_last_ended_turn() -> None:
+    driver = Driver(config=CoreConfig(max_mutes=1))
+    driver.ok("end_turn", turn=3)
+    cases = [
+        (3, "stale_turn", "until_turn 3 has already ended"),
+        (2, "stale_turn", "until_turn 2 is older than the last ended turn (3)"),
+    ]
+    for until_turn, code, message in cases:
+        decision = driver.run("mute", selector={"tag": "t"}, until_turn=until_turn)
+        assert not decision.ok and decision.events == ()
+        assert decision.reply["error"] == {
+            "code": code,
+            "message": message,
+            "details": {"field": "until_turn", "last_ended_turn": 3},
+        }
+    driver.ok("mute", selector={"tag": "t"})
+    assert driver.run("mute", selector={"tag": "u"}).reply["error"] == {
+        "code": "too_many",
+        "message": "the session already has 1 active mutes; the bound is 1",
+        "details": {"limit": 1},
+    }
