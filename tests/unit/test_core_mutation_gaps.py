@@ -12,7 +12,7 @@ from contracts.stored import read_stored
 from core import CoreConfig, fold
 from core.canonical import canonical_bytes, canonical_json, derived_uuid7
 from core.projection import project_all
-from core.rules import reply_op, unchanged_durable
+from core.rules import compact_dedupe, reply_op, unchanged_durable
 from core.size import spec_bytes
 from tests.support import Driver, context_for, session_log, stored
 from tests.unit.test_mutation_gaps import inherit_into
@@ -189,3 +189,19 @@ def test_a_fired_evaluation_marks_only_its_reminder_and_spends_only_its_body() -
     alone = fold(before, evaluated)
     assert alone.providers is not None
     assert (alone.providers.budget_bytes, alone.providers.marks["p"].fired_count) == (0, 1)
+
+
+def test_compaction_keeps_the_newest_of_three_rows_of_one_key_and_drops_both_older() -> None:
+    def row(body: str, key: str) -> PendingRow:
+        spec = ReminderSpec(body=body, dedupe_key=key, preserve_on_compact=True)
+        return PendingRow(
+            spec=ResolvedSpec.resolve(spec, id=body, fired_at_turn=0),
+            ttl_remaining=None,
+            delivered=False,
+            delivered_at_turn=None,
+            audit_only=True,
+        )
+
+    first, second, other, third = row("a", "k"), row("b", "k"), row("c", "j"), row("d", "k")
+    (group,) = compact_dedupe([first, second, other, third])
+    assert (group.survivor, group.dropped) == (third, (first, second))
