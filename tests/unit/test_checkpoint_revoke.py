@@ -144,3 +144,13 @@ def test_revoking_a_delivered_reminder_says_it_is_no_longer_queued() -> None:
         "message": "the reminder is no longer queued: it was drained or injected directly",
         "details": {"reminder_id": "d"},
     }
+
+
+def test_revoking_an_id_never_seen_names_it_in_the_refusal() -> None:
+    decision = Driver().run("revoke", reminder_id="ghost")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "unknown_reminder_id",
+        "message": "no reminder with this id was ever seen in the session",
+        "details": {"reminder_id": "ghost"},
+    }
