@@ -208,3 +208,17 @@ def test_a_parent_agent_id_that_cannot_be_copied_is_refused_saying_why() -> None
         "must not contain control characters nor start or end with whitespace",
         "details": {"field": "parent_agent_id"},
     }
+
+
+def test_a_session_id_that_cannot_be_copied_as_the_emitter_is_refused_naming_it() -> None:
+    # Without an agent id the parent's session id is the emitter copied to the child.
+    parent = Driver(" parent")
+    parent.inject("from parent", id="p", propagate="all")
+    decision = parent.run("handoff", child_session_id="child")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "invalid_request",
+        "message": "invalid session_id: it would be copied as originating_agent_id, which must "
+        "not contain control characters nor start or end with whitespace",
+        "details": {"field": "session_id"},
+    }
