@@ -7,12 +7,12 @@ from typing import Any
 
 from contracts.events import ProviderEvaluated
 from contracts.spec import ReminderSpec, ResolvedSpec
-from contracts.state import PendingRow, SessionState
+from contracts.state import DeliveredEnvelope, PendingRow, SessionState
 from contracts.stored import read_stored
 from core import CoreConfig, fold
 from core.canonical import canonical_bytes, canonical_json, derived_uuid7
 from core.projection import project_all
-from core.rules import compact_dedupe, reply_op, unchanged_durable
+from core.rules import compact_dedupe, rebuilt_reply, reply_op, unchanged_durable
 from core.size import spec_bytes
 from tests.support import Driver, context_for, session_log, stored
 from tests.unit.test_mutation_gaps import inherit_into
@@ -205,3 +205,23 @@ def test_compaction_keeps_the_newest_of_three_rows_of_one_key_and_drops_both_old
     first, second, other, third = row("a", "k"), row("b", "k"), row("c", "j"), row("d", "k")
     (group,) = compact_dedupe([first, second, other, third])
     assert (group.survivor, group.dropped) == (third, (first, second))
+
+
+def test_a_remembered_render_reply_takes_back_the_text_of_its_own_turn_and_ids() -> None:
+    def delivered(turn: int, text: str) -> DeliveredEnvelope:
+        return DeliveredEnvelope(
+            turn_number=turn,
+            speaker="harness",
+            directive_ids=["a"],
+            text=text,
+            format="context-directives",
+            nonce=None,
+        )
+
+    reply = {"op": "render", "envelope": {"turn_number": 0, "directive_ids": ["a"]}}
+    history = [delivered(0, "turn 0"), delivered(1, "turn 1")]
+    rebuilt = rebuilt_reply(reply, history)
+    assert rebuilt is not None and rebuilt["envelope"]["text"] == "turn 0"
+    # A reply that still holds its text is answered as it is, history or none.
+    whole = {"op": "render", "envelope": {"text": "kept", "turn_number": 5, "directive_ids": []}}
+    assert rebuilt_reply(whole, []) == whole
