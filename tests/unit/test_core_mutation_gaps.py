@@ -7,13 +7,13 @@ from typing import Any
 
 from contracts.events import ProviderEvaluated
 from contracts.spec import ReminderSpec, ResolvedSpec
-from contracts.state import DeliveredEnvelope, PendingRow, SessionState
+from contracts.state import DeliveredDigest, DeliveredEnvelope, PendingRow, SessionState
 from contracts.stored import read_stored
 from core import CoreConfig, fold
 from core.canonical import canonical_bytes, canonical_json, derived_uuid7
 from core.projection import project_all
 from core.rules import compact_dedupe, rebuilt_reply, reply_op, unchanged_durable
-from core.size import spec_bytes
+from core.size import FULL_ENVELOPE_TEXT_BYTES, spec_bytes
 from tests.support import Driver, context_for, session_log, stored
 from tests.unit.test_mutation_gaps import inherit_into
 from tests.unit.test_rules_mutation_gaps import applied, degraded_copy_of
@@ -225,3 +225,20 @@ def test_a_remembered_render_reply_takes_back_the_text_of_its_own_turn_and_ids()
     # A reply that still holds its text is answered as it is, history or none.
     whole = {"op": "render", "envelope": {"text": "kept", "turn_number": 5, "directive_ids": []}}
     assert rebuilt_reply(whole, []) == whole
+
+
+def test_envelopes_whose_texts_fill_the_full_text_budget_exactly_are_both_kept_in_full() -> None:
+    driver = Driver()
+    driver.inject("x")
+    (delivered,) = [e for e in driver.run("render", turn=0).events if e.kind == "delivered"]
+    half = FULL_ENVELOPE_TEXT_BYTES // 2
+
+    def with_text(text: str) -> Any:
+        payload = delivered.payload.model_copy(update={"text": text})
+        return delivered.model_copy(update={"payload": payload})
+
+    before = fold(SessionState(), with_text("a" * half))
+    exact = fold(before, with_text("b" * (FULL_ENVELOPE_TEXT_BYTES - half)))
+    assert [type(row) for row in exact.delivered] == [DeliveredEnvelope, DeliveredEnvelope]
+    over = fold(before, with_text("b" * (FULL_ENVELOPE_TEXT_BYTES - half + 1)))
+    assert [type(row) for row in over.delivered] == [DeliveredDigest, DeliveredEnvelope]
