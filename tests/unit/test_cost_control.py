@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from contracts.events import Delivered, Withheld
+from contracts.spec import ReminderSpec, ResolvedSpec
+from contracts.state import PendingRow
 from core import CoreConfig
-from core.cost import estimate_tokens
+from core.cost import eligible, estimate_tokens, not_yet_at
 from replay.verify import verify
 from tests.support import Driver
 from tests.unit.test_replay_library import rechain, rows_of
@@ -314,3 +316,28 @@ def test_mute_refusals_name_their_bound_field_and_last_ended_turn() -> None:
         "message": "the session already has 1 active mutes; the bound is 1",
         "details": {"limit": 1},
     }
+
+
+def live_row(row_id: str, fired_at_turn: int = 0, not_before: str | None = None) -> PendingRow:
+    spec = ReminderSpec(body=row_id, not_before=not_before)
+    return PendingRow(
+        spec=ResolvedSpec.resolve(spec, id=row_id, fired_at_turn=fired_at_turn),
+        ttl_remaining=None,
+        delivered=False,
+        delivered_at_turn=None,
+        audit_only=False,
+    )
+
+
+def test_not_before_holds_back_only_the_reminders_not_yet_due_and_nothing_without_a_time() -> None:
+    plain, later = live_row("plain"), live_row("later", not_before="2026-11-29T16:00:00.000Z")
+    not_yet = not_yet_at([plain, later], "2026-11-29T15:00:00.000Z")
+    assert (not_yet(plain), not_yet(later)) == (False, True)
+    assert not_yet_at([later], "2026-11-29T15:00:00.000Z")(later) is True
+    assert not_yet_at([plain, later], None)(later) is False
+
+
+def test_a_reminder_not_yet_fired_is_passed_over_and_the_rest_still_considered() -> None:
+    future, plain = live_row("future", fired_at_turn=5), live_row("plain")
+    chosen = eligible([future, plain], 0, not_yet=lambda row: False)
+    assert [row.spec.id for row in chosen.candidates] == ["plain"]
