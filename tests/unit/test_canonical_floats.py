@@ -64,3 +64,19 @@ def test_floats_and_float_like_text_take_the_standard_path() -> None:
 def test_every_float_orjson_writes_is_noticed(number: float, text: str) -> None:
     for value in ([number], {"k": number, "t": text}, [text, [number]]):
         assert may_hold_float(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+
+
+def test_a_float_written_with_only_an_exponent_is_noticed() -> None:
+    # orjson writes these without a `.`: the `e+` or `e-` after a digit is the only sign.
+    for number in (1e16, -1e300, 1e-7, 5e-324):
+        written = orjson.dumps({"k": number})
+        assert b"." not in written
+        assert may_hold_float(written), written
+
+
+def test_a_float_between_dots_that_are_not_floats_is_noticed() -> None:
+    written = orjson.dumps({"a": "x.", "b": 1.5, "c": "y."}, option=orjson.OPT_SORT_KEYS)
+    assert may_hold_float(written)
+    # A time's milliseconds follow a digit but are no float: the fast path stays open.
+    plain = {"a": "x.", "at": "2026-11-29T15:04:05.123Z", "b": 15, "c": "y."}
+    assert not may_hold_float(orjson.dumps(plain))

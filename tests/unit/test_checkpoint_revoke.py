@@ -132,3 +132,25 @@ def test_revoking_an_id_revoked_once_but_now_live_again_is_already_delivered() -
     driver.ok("revoke", reminder_id="again")
     driver.inject("now direct", id="again")
     assert driver.error("revoke", reminder_id="again") == "already_delivered"
+
+
+def test_revoking_a_delivered_reminder_says_it_is_no_longer_queued() -> None:
+    driver = Driver()
+    driver.inject("d", id="d")
+    decision = driver.run("revoke", reminder_id="d")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "already_delivered",
+        "message": "the reminder is no longer queued: it was drained or injected directly",
+        "details": {"reminder_id": "d"},
+    }
+
+
+def test_revoking_an_id_never_seen_names_it_in_the_refusal() -> None:
+    decision = Driver().run("revoke", reminder_id="ghost")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "unknown_reminder_id",
+        "message": "no reminder with this id was ever seen in the session",
+        "details": {"reminder_id": "ghost"},
+    }

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from contracts.events import Delivered, Withheld
+from contracts.spec import ReminderSpec, ResolvedSpec
+from contracts.state import PendingRow
 from core import CoreConfig
-from core.cost import estimate_tokens
+from core.cost import eligible, estimate_tokens, not_yet_at
 from replay.verify import verify
 from tests.support import Driver
 from tests.unit.test_replay_library import rechain, rows_of
@@ -279,3 +281,63 @@ def test_verify_re_derives_budget_mutes_withheld_and_flags_a_forged_summary() ->
     problem = verify(rechain(rows_of(list(log))))
     assert problem is not None and "budget shed other directives" in problem
     assert contract in delivered.payload.directive_ids
+
+
+def test_an_unknown_mute_id_is_named_in_the_refusal() -> None:
+    driver = Driver()
+    driver.ok("mute", selector={"tag": "t"})
+    decision = driver.run("unmute", mute_id="never")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "unknown_mute_id",
+        "message": "no active mute with this id in the session",
+        "details": {"mute_id": "never"},
+    }
+
+
+def test_mute_refusals_name_their_bound_field_and_last_ended_turn() -> None:
+    driver = Driver(config=CoreConfig(max_mutes=1))
+    driver.ok("end_turn", turn=3)
+    cases = [
+        (3, "stale_turn", "until_turn 3 has already ended"),
+        (2, "stale_turn", "until_turn 2 is older than the last ended turn (3)"),
+    ]
+    for until_turn, code, message in cases:
+        decision = driver.run("mute", selector={"tag": "t"}, until_turn=until_turn)
+        assert not decision.ok and decision.events == ()
+        assert decision.reply["error"] == {
+            "code": code,
+            "message": message,
+            "details": {"field": "until_turn", "last_ended_turn": 3},
+        }
+    driver.ok("mute", selector={"tag": "t"})
+    assert driver.run("mute", selector={"tag": "u"}).reply["error"] == {
+        "code": "too_many",
+        "message": "the session already has 1 active mutes; the bound is 1",
+        "details": {"limit": 1},
+    }
+
+
+def live_row(row_id: str, fired_at_turn: int = 0, not_before: str | None = None) -> PendingRow:
+    spec = ReminderSpec(body=row_id, not_before=not_before)
+    return PendingRow(
+        spec=ResolvedSpec.resolve(spec, id=row_id, fired_at_turn=fired_at_turn),
+        ttl_remaining=None,
+        delivered=False,
+        delivered_at_turn=None,
+        audit_only=False,
+    )
+
+
+def test_not_before_holds_back_only_the_reminders_not_yet_due_and_nothing_without_a_time() -> None:
+    plain, later = live_row("plain"), live_row("later", not_before="2026-11-29T16:00:00.000Z")
+    not_yet = not_yet_at([plain, later], "2026-11-29T15:00:00.000Z")
+    assert (not_yet(plain), not_yet(later)) == (False, True)
+    assert not_yet_at([later], "2026-11-29T15:00:00.000Z")(later) is True
+    assert not_yet_at([plain, later], None)(later) is False
+
+
+def test_a_reminder_not_yet_fired_is_passed_over_and_the_rest_still_considered() -> None:
+    future, plain = live_row("future", fired_at_turn=5), live_row("plain")
+    chosen = eligible([future, plain], 0, not_yet=lambda row: False)
+    assert [row.spec.id for row in chosen.candidates] == ["plain"]

@@ -389,3 +389,50 @@ def test_verify_flags_a_deadline_expiry_of_a_reminder_not_past_its_deadline() ->
     payload["reason"], payload["expired_at_boundary"] = "deadline", "deadline"
     problem = verify(rechain(rows))
     assert problem is not None and "deadline" in problem
+
+
+def test_every_outcome_of_one_reminder_is_remembered_in_order() -> None:
+    session, shown, _, _ = _delivered_session()
+    session.ok("acknowledge", reminder_id=shown, turn=0, outcome="acted")
+    session.ok("acknowledge", reminder_id=shown, turn=0, outcome="ignored")
+    assert session.state.acknowledged == {shown: ["acted", "ignored"]}
+    again = session.run("acknowledge", reminder_id=shown, turn=0, outcome="acted")
+    assert again.events == () and again.reply["already_acknowledged"] is True
+
+
+def test_each_acknowledge_refusal_names_the_reminder_and_the_field() -> None:
+    session, shown, _, queued = _delivered_session()
+    session.ok("end_turn", turn=0)  # `shown` expires by TTL
+    cases = [
+        (
+            {"reminder_id": "nope", "outcome": "acted"},
+            "unknown_reminder_id",
+            "no reminder with this id was ever seen in the session",
+            {"reminder_id": "nope"},
+        ),
+        (
+            {"reminder_id": shown, "outcome": "dismissed"},
+            "HARN-RMD-001",
+            "invalid outcome: dismissed needs a live reminder (a queued one is revoked)",
+            {"field": "outcome", "reminder_id": shown},
+        ),
+        (
+            {"reminder_id": queued, "outcome": "ignored"},
+            "HARN-RMD-001",
+            "invalid outcome: ignored needs a reminder delivered at least once",
+            {"field": "outcome", "reminder_id": queued},
+        ),
+    ]
+    for fields, code, message, details in cases:
+        decision = session.run("acknowledge", turn=1, **fields)
+        assert not decision.ok and decision.events == ()
+        assert decision.reply["error"] == {"code": code, "message": message, "details": details}
+
+
+def test_redaction_leaves_an_acknowledgement_without_a_note_as_it_is() -> None:
+    session = Clocked(CoreConfig(redact=True))
+    rid = session.inject("x")
+    session.ok("render", turn=0)
+    session.ok("acknowledge", reminder_id=rid, turn=0, outcome="acted")
+    payload = session.log[-1].payload
+    assert (payload.note, payload.redactions) == (None, 0)  # type: ignore[union-attr]

@@ -6,7 +6,8 @@ from typing import Any
 
 from contracts.events import Event, HandedOff, Inherited, Injected
 from contracts.state import SessionState
-from core import CommandContext, fold_all, handle
+from core import CommandContext, CoreConfig, fold_all, handle
+from core.size import spec_bytes
 from tests.support import Driver
 
 
@@ -155,3 +156,69 @@ def test_inheritance_respects_the_live_bound_and_reports_what_it_skipped() -> No
     assert reply["inherited_ids"] == ["p0", "p1"]
     assert reply["skipped_ids"] == ["p2", "p3"]
     assert len(child.state.pending) == 3
+
+
+def inherit_raw(child: Driver, *reminders: dict[str, Any], parent_agent_id: str = "pa") -> Any:
+    """An inherit of these raw specs into `child` (the decision, accepted or not)."""
+    return child.run(
+        "inherit",
+        parent_session_id="parent",
+        parent_agent_id=parent_agent_id,
+        handoff_event_id="h1",
+        sub_agent_id="child",
+        reminders=list(reminders),
+    )
+
+
+def child_bytes(spec: dict[str, Any]) -> int:
+    """The stored bytes of `spec` once inherited into an empty child."""
+    probe = Driver("child")
+    assert inherit_raw(probe, spec).ok
+    return spec_bytes(probe.state.pending[0].spec)
+
+
+def test_a_reminder_too_large_for_the_child_budget_is_skipped_and_the_next_still_comes() -> None:
+    big = {"body": "x" * 500, "id": "big", "fired_at_turn": 0}
+    small = {"body": "small", "id": "s", "fired_at_turn": 0}
+    child = Driver("child", config=CoreConfig(max_session_bytes=child_bytes(small)))
+    reply = inherit_raw(child, big, small).reply
+    assert (reply["inherited_ids"], reply["skipped_ids"]) == (["s"], ["big"])
+
+
+def test_an_inherited_reminder_counts_the_room_its_dedupe_victim_leaves() -> None:
+    own = {"body": "the child's own words", "dedupe_key": "k", "fired_at_turn": 0}
+    parents = {"body": "the parent's words", "id": "p", "dedupe_key": "k", "fired_at_turn": 0}
+    probe = Driver("child")
+    probe.inject(**own)
+    budget = max(spec_bytes(probe.state.pending[0].spec), child_bytes(parents))
+    child = Driver("child", config=CoreConfig(max_session_bytes=budget))
+    child.inject(**own)
+    reply = inherit_raw(child, parents).reply
+    assert (reply["inherited_ids"], reply["skipped_ids"]) == (["p"], [])
+    assert child.pending_ids() == ["p"]
+
+
+def test_a_parent_agent_id_that_cannot_be_copied_is_refused_saying_why() -> None:
+    child = Driver("child")
+    decision = inherit_raw(child, {"body": "b", "id": "r1"}, parent_agent_id=" pa")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "invalid_request",
+        "message": "invalid parent_agent_id: it would be copied as originating_agent_id, which "
+        "must not contain control characters nor start or end with whitespace",
+        "details": {"field": "parent_agent_id"},
+    }
+
+
+def test_a_session_id_that_cannot_be_copied_as_the_emitter_is_refused_naming_it() -> None:
+    # Without an agent id the parent's session id is the emitter copied to the child.
+    parent = Driver(" parent")
+    parent.inject("from parent", id="p", propagate="all")
+    decision = parent.run("handoff", child_session_id="child")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "invalid_request",
+        "message": "invalid session_id: it would be copied as originating_agent_id, which must "
+        "not contain control characters nor start or end with whitespace",
+        "details": {"field": "session_id"},
+    }

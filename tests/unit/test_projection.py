@@ -7,10 +7,10 @@ from typing import Any
 import orjson
 
 from contracts.records import Tombstone
-from contracts.state import SessionState
+from contracts.state import DegradedMark, SessionState
 from contracts.stored import StoredEvent, read_stored
 from core import fold_all
-from core.projection import Verdict, project, project_all
+from core.projection import SessionFold, Verdict, project, project_all
 from tests.support import session_log, stored
 
 
@@ -93,3 +93,38 @@ def test_a_tombstone_skips_purged_events_and_a_new_life_starts_afresh() -> None:
     assert isinstance(record, SessionState) and record.session_seq == len(log)
     # A poison message cannot turn a tombstone back into a state.
     assert project(tombstone, read_stored(b"{", 12, "transcript.reminder.x.s1"))[0] is tombstone
+
+
+def test_project_folds_each_event_into_the_state_it_is_given_at_its_stream_seq() -> None:
+    log = session_log()
+    record = None
+    for row in stored(log, first_seq=7):
+        record, outcome = project(record, row)
+        assert outcome.verdict is Verdict.APPLIED
+    assert record == fold_all(SessionState(), [(e, i + 7) for i, e in enumerate(log)])
+
+
+def test_a_fold_goes_on_from_the_state_it_starts_with() -> None:
+    log = session_log()
+    rows = stored(log)
+    first, _ = project_all(None, rows[:2])
+    record, outcomes = project_all(first, rows[2:])
+    assert {o.verdict for o in outcomes} == {Verdict.APPLIED}
+    assert record == project_all(None, rows)[0]
+
+
+def test_a_gap_is_final_for_a_session_fold_unless_told_otherwise() -> None:
+    rows = stored(session_log())
+    judgement = SessionFold(None).add(rows[1])
+    assert (judgement.verdict, judgement.code) == (Verdict.POISON, "gap")
+    assert SessionFold(None).add(rows[1], gap_is_final=False).verdict is Verdict.GAP
+
+
+def test_a_new_life_whose_first_event_is_poison_is_a_degraded_state_not_the_tombstone() -> None:
+    tombstone = Tombstone(session_token="s1", purged_through=10, forgotten_at="2026-11-29T00:00Z")
+    first = stored(session_log(), first_seq=11)[0]
+    forged = StoredEvent({**first.envelope, "turn": 9}, first.stream_seq, first.subject)
+    mark = DegradedMark(stream_seq=11, code="broken_chain")
+    assert project(tombstone, forged)[0] == SessionState(degraded=mark)
+    record, outcomes = project_all(tombstone, [forged])
+    assert record == SessionState(degraded=mark) and outcomes[0].code == "broken_chain"

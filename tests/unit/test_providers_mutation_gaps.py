@@ -12,7 +12,8 @@ import pytest
 
 from contracts.agent_events import RuntimeEvent
 from contracts.errors import ErrorCode
-from contracts.state import SessionState
+from contracts.events import MuteSelector
+from contracts.state import ActiveMute, SessionState
 from core.providers import (
     ProviderResult,
     ProvidersConfigError,
@@ -668,3 +669,36 @@ def test_grounded_review_without_exit_code_or_failure_lines_does_not_fire() -> N
         "tool_result", {"tool_name": "pytest", "truncated": False, "output_tail": "all good"}
     )
     assert dict((e.provider_id, e.reason) for e in out)["grounded_review"] == "predicate_false"
+
+
+def test_a_muted_provider_is_recorded_muted_at_its_level_and_the_next_one_still_runs() -> None:
+    s = Session()
+    assert s.send("budget", budget(190_000))[0].level == 950
+    mute = ActiveMute(
+        mute_id="m", selector=MuteSelector(provider_id="token_pressure"), until_turn=None
+    )
+    view = s.state.model_copy(update={"mutes": [mute]})
+    out = evaluate_event(view, runtime("budget", budget(190_000), 2, "rt-muted"), s.config)
+    assert [(e.provider_id, e.fired, e.reason, e.level) for e in out] == [
+        ("token_pressure", False, "muted", 950),
+        ("workspace_anchor", False, "predicate_false", None),
+    ]
+
+
+def test_a_plug_in_s_level_or_error_of_another_type_is_recorded_as_none() -> None:
+    def odd(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> object:
+        return ProviderResult("below_threshold", level="high", error=5)  # type: ignore[arg-type]
+
+    (evaluation,) = run_plugin(odd)
+    recorded = (evaluation.reason, evaluation.level, evaluation.error)
+    assert recorded == ("below_threshold", None, None)
+
+
+def test_a_refused_reminder_s_error_is_cut_at_1024_characters() -> None:
+    def many(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> object:
+        return {"body": "x", **{f"k{i:04d}": 1 for i in range(300)}}
+
+    (evaluation,) = run_plugin(many)
+    assert evaluation.reason == "malformed_spec"
+    assert evaluation.error.startswith("HARN-RMD-006 HARN-RMD-001: unknown option(s): k0000, ")
+    assert len(evaluation.error) == 1024

@@ -38,3 +38,29 @@ def test_a_request_id_repeated_on_its_own_op_still_gets_the_first_reply() -> Non
     assert again.reply == first
     queued = driver.ok("inject", request_id="q", mode="queue", reminder={"body": "c"})
     assert driver.run("inject", request_id="q", reminder={"body": "c"}).reply == queued
+
+
+def test_a_request_id_reused_on_another_op_names_the_op_it_was_used_by() -> None:
+    driver = Driver()
+    driver.ok("inject", request_id="same", reminder={"body": "a"})
+    decision = driver.run("clear", request_id="same", selector={"tag": "x"})
+    assert decision.reply["error"] == {
+        "code": "invalid_request",
+        "message": "request_id was already used by a inject command in this session",
+        "details": {"field": "request_id", "op": "inject"},
+    }
+
+
+def test_a_repeated_render_whose_envelope_was_compacted_away_asks_for_a_new_request_id() -> None:
+    driver = Driver()
+    driver.inject("a")
+    driver.ok("render", turn=0, request_id="r")
+    driver.ok("compact", turn=0)  # clears the delivered envelope the reply's text came from
+    decision = driver.run("render", turn=0, request_id="r")
+    assert decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "invalid_request",
+        "message": "request_id was already used, and the envelope of its reply is no longer "
+        "held in full (digested or compacted): use a new request_id",
+        "details": {"field": "request_id"},
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 from contracts.events import ForgedDirectiveNeutralized
 from contracts.spec import ResolvedSpec
 from contracts.state import PendingRow
+from core import CoreConfig
 from core.render import envelope_text
-from core.sanitize import FORGED_TAG, neutralize
+from core.sanitize import FORGED_TAG, _any_case, neutralize
 from tests.support import Driver
 
 NAMES = ["context-directives", "directive", "system-reminder"]
@@ -154,3 +156,38 @@ def test_a_64_kib_tool_result_without_tags_comes_back_unchanged() -> None:
     ]
     reply = Driver().ok("sanitize", turn=0, text=text)
     assert reply["text"] == text and reply["neutralized"] == 0
+
+
+def test_a_tag_names_pattern_matches_it_in_every_ascii_case_and_nothing_else() -> None:
+    # FORGED_TAG is built from these patterns once, at import: only a direct call sees them.
+    for name in NAMES:
+        pattern = re.compile(_any_case(name))
+        for spelling in (name, name.upper(), name.title(), name.swapcase()):
+            assert pattern.fullmatch(spelling), spelling
+        assert not pattern.fullmatch(name.replace("-", "_").replace("e", "3"))
+    assert not re.compile(_any_case("system-reminder")).fullmatch("system_reminder")
+
+
+def test_a_stale_turn_is_refused_naming_the_field_and_the_last_ended_turn() -> None:
+    driver = Driver()
+    driver.ok("end_turn", turn=4)
+    decision = driver.run("sanitize", turn=3, text="<directive>")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "stale_turn",
+        "message": "turn 3 is older than the last ended turn (4)",
+        "details": {"field": "turn", "last_ended_turn": 4},
+    }
+
+
+def test_a_reply_too_large_for_the_server_is_refused_counting_room_for_the_rest() -> None:
+    # 1,000 bytes of text: 1,002 as a JSON string, plus 256 for the rest of the reply.
+    decision = Driver(config=CoreConfig(max_payload_bytes=1100)).run(
+        "sanitize", turn=0, text="x" * 1000
+    )
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "too_large",
+        "message": "the sanitize reply would be 1258 bytes; the server's max_payload is 1100",
+        "details": {"limit": 1100, "size": 1258},
+    }

@@ -134,3 +134,11 @@ def test_check_fits_accepts_a_worst_case_equal_to_the_limit_and_names_the_event(
         f"size bounds could break the invariant: a worst-case event is 798778 bytes, "
         f"max_payload is {limit} "
     )
+
+
+def test_a_configuration_dominated_by_its_session_budget_has_the_inject_events_worst_case() -> None:
+    # A reminder as large as the session's budget, in the event and in its copied fields.
+    session_heavy = CoreConfig(
+        max_live=4, max_session_bytes=100_000, max_envelope_bytes=1000, max_user_text_bytes=100
+    )
+    assert worst_case(session_heavy) == WorstCase(event=208_614, reply=8_776, state=603_810)
