@@ -4,6 +4,8 @@ what `Counter.add` would have shown, and two instruments sets on one meter share
 
 from __future__ import annotations
 
+from uuid import uuid4
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.adapters.telemetry import GatewayMetrics, meter_provider, metrics_text
@@ -23,18 +25,21 @@ def scraped(name: str, scope: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 def test_counts_are_exposed_as_counters_and_shared_by_name_on_a_meter() -> None:
-    meter = meter_provider().get_meter("test-gateway-counts")
+    # A fresh scope per run: the meter provider is process-wide, and mutmut runs the unit
+    # tests more than once in one process.
+    scope = f"test-gateway-counts-{uuid4().hex}"
+    meter = meter_provider().get_meter(scope)
     first, second = GatewayMetrics.create(meter), GatewayMetrics.create(meter)
     first.commands.add(1, {"op": "inject", "outcome": "ok"})
     second.commands.add(2, {"op": "inject", "outcome": "ok"})
     first.commands.add(1, {"op": "render", "outcome": "too_large"})
     first.events.add(3, {"kind": "injected"})
     second.conflicts.add(1)
-    assert scraped("reminders_commands", "test-gateway-counts") == {
+    assert scraped("reminders_commands", scope) == {
         (("op", "inject"), ("outcome", "ok")): 3.0,
         (("op", "render"), ("outcome", "too_large")): 1.0,
     }
-    assert scraped("reminders_events_appended", "test-gateway-counts") == {
+    assert scraped("reminders_events_appended", scope) == {
         (("kind", "injected"),): 3.0
     }
-    assert scraped("reminders_occ_conflicts", "test-gateway-counts") == {(): 1.0}
+    assert scraped("reminders_occ_conflicts", scope) == {(): 1.0}
