@@ -7,7 +7,7 @@ from typing import Any
 
 from contracts.spec import ReminderSpec, ResolvedSpec
 from contracts.state import PendingRow
-from core.rules import unchanged_durable
+from core.rules import compact_dedupe, unchanged_durable
 
 
 def _spec(body: str, key: str | None, **fields: Any) -> ResolvedSpec:
@@ -37,3 +37,11 @@ def test_only_a_durable_reminder_with_a_dedupe_key_can_be_unchanged() -> None:
     assert unchanged_durable(_live(durable), durable) is not None
     assert unchanged_durable(_live(durable), _spec("same", "k", ttl_turns=2)) is None
     assert unchanged_durable(_live(durable), _spec("same", "k", preserve_on_compact=False)) is None
+
+
+def test_compaction_keeps_the_newest_of_three_same_key_reminders_and_drops_the_others() -> None:
+    # Three rows can share a key when some are `audit_only` (exempt from inject-time dedupe).
+    rows = [_live(_spec(body, "k", preserve_on_compact=True))[0] for body in ("a", "b", "c")]
+    (group,) = compact_dedupe(rows)
+    assert group.survivor.spec.body == "c"
+    assert [row.spec.body for row in group.dropped] == ["a", "b"]

@@ -1,4 +1,4 @@
-"""`inherit` (SPEC §4.9, the byte budget of §4.1.1): what mutation testing of
+"""`handoff` and `inherit` (SPEC §4.9, the byte budget of §4.1.1): what mutation testing of
 `core/deciders/handoff.py` showed no other unit test pins down
 (docs/mutation-survivors-deciders-s18.md)."""
 
@@ -64,4 +64,18 @@ def test_a_parent_agent_id_that_cannot_be_copied_is_refused_with_the_reason() ->
         "message": "invalid parent_agent_id: it would be copied as originating_agent_id, which "
         "must not contain control characters nor start or end with whitespace",
         "details": {"field": "parent_agent_id"},
+    }
+
+
+def test_a_session_id_that_cannot_be_copied_is_refused_naming_the_session_id() -> None:
+    # Without an agent id the parent's session id is copied as originating_agent_id.
+    parent = Driver("\u00a0parent")
+    parent.inject("x", propagate="all")
+    decision = parent.run("handoff", child_session_id="child")
+    assert not decision.ok and decision.events == ()
+    assert decision.reply["error"] == {
+        "code": "invalid_request",
+        "message": "invalid session_id: it would be copied as originating_agent_id, which "
+        "must not contain control characters nor start or end with whitespace",
+        "details": {"field": "session_id"},
     }
