@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.spec import ReminderSpec, ResolvedSpec
-from contracts.state import PendingRow
-from core.rules import compact_dedupe, unchanged_durable
+from contracts.state import DeliveredEnvelope, PendingRow
+from core.rules import compact_dedupe, rebuilt_reply, unchanged_durable
 
 
 def _spec(body: str, key: str | None, **fields: Any) -> ResolvedSpec:
@@ -45,3 +45,32 @@ def test_compaction_keeps_the_newest_of_three_same_key_reminders_and_drops_the_o
     (group,) = compact_dedupe(rows)
     assert group.survivor.spec.body == "c"
     assert [row.spec.body for row in group.dropped] == ["a", "b"]
+
+
+def _envelope(turn: int, text: str) -> DeliveredEnvelope:
+    return DeliveredEnvelope(
+        turn_number=turn,
+        speaker="harness",
+        directive_ids=["a"],
+        text=text,
+        format="context-directives",
+        nonce=None,
+    )
+
+
+def test_a_remembered_render_reply_takes_back_the_text_of_its_own_turn() -> None:
+    # The same reminder rendered at turns 0 and 1 (the texts differ: a directive carries its
+    # remaining `ttl_turns`): a repeat of turn 0's request gets turn 0's text, although turn
+    # 1's row is newer and lists the same ids.
+    remembered = {"ok": True, "envelope": {"turn_number": 0, "directive_ids": ["a"]}}
+    delivered = [_envelope(0, "turn zero"), _envelope(1, "turn one")]
+    rebuilt = rebuilt_reply(remembered, delivered)
+    assert rebuilt is not None and rebuilt["envelope"]["text"] == "turn zero"
+    assert rebuilt_reply(remembered, delivered[1:]) is None
+
+
+def test_a_remembered_reply_that_still_holds_its_text_is_answered_as_it_is() -> None:
+    # `remembered_reply` strips the text, but a reply remembered with it needs nothing taken
+    # back from `delivered`, even once the row it came from is gone.
+    held = {"ok": True, "envelope": {"turn_number": 0, "directive_ids": ["a"], "text": "t"}}
+    assert rebuilt_reply(held, []) == held
