@@ -3,6 +3,8 @@ other unit test pins down (docs/mutation-survivors-deciders-s18.md)."""
 
 from __future__ import annotations
 
+from core import CoreConfig
+from core.size import spec_bytes
 from tests.support import Driver
 
 
@@ -26,3 +28,13 @@ def test_revoking_a_reminder_that_is_not_queued_says_why_and_names_it() -> None:
         "message": "no reminder with this id was ever seen in the session",
         "details": {"reminder_id": "never-seen"},
     }
+
+
+def test_an_inject_that_fills_the_session_budget_exactly_is_accepted() -> None:
+    probe = Driver()
+    probe.inject("fills the budget", id="r")
+    size = spec_bytes(probe.state.pending[0].spec)
+    exact = Driver(config=CoreConfig(max_session_bytes=size))
+    assert exact.inject("fills the budget", id="r") == "r"
+    short = Driver(config=CoreConfig(max_session_bytes=size - 1))
+    assert short.error("inject", reminder={"body": "fills the budget", "id": "r"}) == "too_large"
