@@ -1,0 +1,64 @@
+"""The fold's delivered history and remembered replies (SPEC §6.2, §4.1.1): what mutation
+testing of `core/fold.py` showed no other unit test pins down
+(docs/mutation-survivors-deciders-s18.md)."""
+
+from __future__ import annotations
+
+from contracts.events import Delivered, Event
+from contracts.state import (
+    FULL_ENVELOPE_TEXT_BYTES,
+    RECENT_REPLIES_BYTES,
+    DeliveredDigest,
+    DeliveredEnvelope,
+    SessionState,
+)
+from core import fold_all
+from core.size import json_bytes
+from tests.support import Driver
+
+
+def _delivered_with_texts(*texts: str) -> SessionState:
+    """The state after one `delivered` event per text (a real render's event, text replaced)."""
+    driver = Driver()
+    driver.inject("x")
+    driver.ok("render", turn=0)
+    (rendered,) = [e for e in driver.log if isinstance(e.payload, Delivered)]
+    assert isinstance(rendered.payload, Delivered)
+    log: list[Event] = [
+        rendered.model_copy(update={"payload": rendered.payload.model_copy(update={"text": text})})
+        for text in texts
+    ]
+    return fold_all(SessionState(), log)
+
+
+def test_envelopes_whose_texts_fill_the_kept_bytes_exactly_are_all_kept_in_full() -> None:
+    half = FULL_ENVELOPE_TEXT_BYTES // 2
+    exact = _delivered_with_texts("a" * half, "b" * (FULL_ENVELOPE_TEXT_BYTES - half))
+    assert [type(row) for row in exact.delivered] == [DeliveredEnvelope, DeliveredEnvelope]
+    over = _delivered_with_texts("a" * (half + 1), "b" * (FULL_ENVELOPE_TEXT_BYTES - half))
+    assert [type(row) for row in over.delivered] == [DeliveredDigest, DeliveredEnvelope]
+
+
+def _remembering(*pads: int) -> SessionState:
+    """The state after one remembered reply per pad (a real inject's event, reply padded)."""
+    driver = Driver()
+    for n in range(len(pads)):
+        driver.ok("inject", reminder={"body": f"r{n}"}, request_id=f"q{n}")
+    log: list[Event] = [
+        event.model_copy(update={"reply": {"ok": True, "pad": "p" * pad}})
+        for event, pad in zip(driver.log, pads, strict=True)
+    ]
+    return fold_all(SessionState(), log)
+
+
+def test_remembered_replies_that_fill_their_bytes_exactly_are_all_kept() -> None:
+    def row_bytes(request_id: str, pad: int) -> int:
+        return json_bytes({"request_id": request_id, "reply": {"ok": True, "pad": "p" * pad}})
+
+    first = RECENT_REPLIES_BYTES // 2
+    second = RECENT_REPLIES_BYTES - row_bytes("q0", first) - row_bytes("q1", 0)
+    exact = _remembering(first, second)
+    assert row_bytes("q0", first) + row_bytes("q1", second) == RECENT_REPLIES_BYTES
+    assert [row.request_id for row in exact.recent_replies] == ["q0", "q1"]
+    over = _remembering(first + 1, second)
+    assert [row.request_id for row in over.recent_replies] == ["q1"]
