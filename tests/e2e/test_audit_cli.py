@@ -134,7 +134,11 @@ async def test_tampering_with_an_export_makes_verify_fail_naming_the_event(
 async def test_replaying_one_session_reads_only_that_sessions_messages(
     nc: Client, provisioned: Settings, services: ServiceRunner
 ) -> None:
-    services.start("gateway", extra_env={"REMINDERS_RATE_LIMIT": "100000"})
+    # 150 commands at once: neither the rate limit nor the in-flight bound is under test.
+    services.start(
+        "gateway",
+        extra_env={"REMINDERS_RATE_LIMIT": "100000", "REMINDERS_MAX_IN_FLIGHT": "1000"},
+    )
     client = ReminderClient(nc)
     await asyncio.gather(*(client.inject(f"noise-{n}", "x") for n in range(150)))
     await client.inject("needle", "a")

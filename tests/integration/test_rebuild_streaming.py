@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import orjson
 from nats.aio.client import Client
+from nats.js.errors import KeyNotFoundError
 
 from bench.common import measured_command
 from contracts.records import Tombstone
@@ -44,9 +45,21 @@ async def whole_log_folds(nc: Client, stream: str) -> dict[str, bytes]:
 
 
 async def bucket_values(nc: Client, bucket: str) -> dict[str, bytes]:
-    """Every value of the projection bucket."""
-    kv = await nc.jetstream().key_value(bucket)
-    return {key: (await kv.get(key)).value or b"" for key in await kv.keys()}
+    """Every value of the projection bucket. The keys come from the bucket stream's subjects:
+    nats-py's `kv.keys()` can find none under load, because its watcher says "no more" when
+    the server has sent every entry and the client has not yet read one."""
+    js = nc.jetstream()
+    kv = await js.key_value(bucket)
+    prefix = f"$KV.{bucket}."
+    info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"{prefix}>")
+    values: dict[str, bytes] = {}
+    for subject in info.state.subjects or {}:
+        key = subject[len(prefix) :]
+        try:
+            values[key] = (await kv.get(key)).value or b""
+        except KeyNotFoundError:  # deleted or purged: no value
+            continue
+    return values
 
 
 async def poison_one(nc: Client, session_id: str) -> None:
