@@ -138,18 +138,21 @@ def project(
     `after_gap`: an earlier event of this session in the same batch is waiting on a gap, so
     this one waits too. `gap_is_final`: a gap will not be filled by waiting (the message was
     redelivered too often, or the whole log is being read), so it is poison.
+
+    An event that is neither applied nor poison changes nothing: a new life's first event that
+    waits on a gap leaves the tombstone, which only that event applied (or poison) replaces.
     """
     event, judgement, new_life = _judge(
         record, stored, after_gap=after_gap, gap_is_final=gap_is_final
     )
-    if new_life:
-        record = None
     if event is not None:
+        # A new life's record is a tombstone, so it folds from an empty state too.
         return fold(
             record if isinstance(record, SessionState) else SessionState(), event, stored.stream_seq
         ), judgement
     if judgement.verdict is Verdict.POISON and parse_event_subject(stored.subject) is not None:
-        record = degrade(record, stored.stream_seq, judgement.code)
+        # Poison that starts a new life degrades the new life; a tombstone stays otherwise.
+        record = degrade(None if new_life else record, stored.stream_seq, judgement.code)
     return record, judgement
 
 

@@ -128,3 +128,18 @@ def test_a_new_life_whose_first_event_is_poison_is_a_degraded_state_not_the_tomb
     assert project(tombstone, forged)[0] == SessionState(degraded=mark)
     record, outcomes = project_all(tombstone, [forged])
     assert record == SessionState(degraded=mark) and outcomes[0].code == "broken_chain"
+
+
+def test_a_new_life_s_first_event_that_waits_on_a_gap_leaves_the_tombstone_as_it_is() -> None:
+    # Nothing is applied, so nothing changes: were the tombstone dropped, a caller storing the
+    # record would let the purged events through again (rule 2 reads `purged_through`).
+    tombstone = Tombstone(session_token="s1", purged_through=10, forgotten_at="2026-11-29T00:00Z")
+    first = stored(session_log(), first_seq=11)[0]
+    record, outcome = project(tombstone, first, after_gap=True)
+    assert outcome.verdict is Verdict.GAP and record is tombstone
+    # The same event applied, or found poison once the gap is final, is the new life.
+    applied, _ = project(tombstone, first)
+    assert isinstance(applied, SessionState) and applied.session_seq == 1
+    poisoned, outcome = project(tombstone, first, after_gap=True, gap_is_final=True)
+    assert (outcome.verdict, outcome.code) == (Verdict.POISON, "gap")
+    assert poisoned == SessionState(degraded=DegradedMark(stream_seq=11, code="gap"))
