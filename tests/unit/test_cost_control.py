@@ -9,10 +9,18 @@ from typing import Any
 import pytest
 
 from contracts.events import Delivered, Withheld
-from contracts.spec import ReminderSpec, ResolvedSpec
+from contracts.spec import Authority, ReminderSpec, ResolvedSpec
 from contracts.state import PendingRow
 from core import CoreConfig
-from core.cost import eligible, estimate_tokens, not_yet_at
+from core.cost import (
+    ESTIMATORS,
+    Eligible,
+    eligible,
+    estimate_tokens,
+    not_yet_at,
+    shed_to_budget,
+    summary_of,
+)
 from replay.verify import verify
 from tests.support import Driver
 from tests.unit.test_replay_library import rechain, rows_of
@@ -318,8 +326,13 @@ def test_mute_refusals_name_their_bound_field_and_last_ended_turn() -> None:
     }
 
 
-def live_row(row_id: str, fired_at_turn: int = 0, not_before: str | None = None) -> PendingRow:
-    spec = ReminderSpec(body=row_id, not_before=not_before)
+def live_row(
+    row_id: str,
+    fired_at_turn: int = 0,
+    not_before: str | None = None,
+    authority: Authority = "contract",
+) -> PendingRow:
+    spec = ReminderSpec(body=row_id, not_before=not_before, authority=authority)
     return PendingRow(
         spec=ResolvedSpec.resolve(spec, id=row_id, fired_at_turn=fired_at_turn),
         ttl_remaining=None,
@@ -341,3 +354,57 @@ def test_a_reminder_not_yet_fired_is_passed_over_and_the_rest_still_considered()
     future, plain = live_row("future", fired_at_turn=5), live_row("plain")
     chosen = eligible([future, plain], 0, not_yet=lambda row: False)
     assert [row.spec.id for row in chosen.candidates] == ["plain"]
+
+
+#: A second estimator, as a later one might be: a fixed charge per envelope plus a token per
+#: character. Logs name the estimator they used, and verify re-derives with that name.
+FRAMED = "chars+8"
+
+
+def framed(text: str) -> int:
+    return 8 + len(text)
+
+
+def sixteen_chars(rows: list[PendingRow]) -> str:
+    """An envelope of 16 characters per directive: 4 tokens each by the default estimator."""
+    return "x" * 16 * len(rows)
+
+
+def test_the_budget_and_the_summary_count_with_the_estimator_they_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(ESTIMATORS, FRAMED, framed)
+    rows = [live_row("first"), live_row("second", authority="advisory")]
+    # 8 tokens by the default estimator fit a budget of 30; 8 + 32 by the named one do not.
+    assert shed_to_budget(rows, sixteen_chars, 30) == (rows, [], False)
+    assert shed_to_budget(rows, sixteen_chars, 30, FRAMED) == (rows[:1], ["second"], False)
+    text = sixteen_chars(rows[:1])
+    counted = summary_of(
+        rows[:1],
+        text,
+        estimator=FRAMED,
+        budget=30,
+        shed_ids=["second"],
+        held=Eligible(rows),
+        dropped_ids=[],
+        over_budget=False,
+    )
+    assert (counted.estimator, counted.est_tokens, counted.bytes) == (FRAMED, 24, 16)
+
+
+def test_a_render_that_delivers_nothing_estimates_no_tokens_whatever_its_estimator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(ESTIMATORS, FRAMED, framed)
+    counted = summary_of(
+        [],
+        "",
+        estimator=FRAMED,
+        budget=1,
+        shed_ids=["hint"],
+        held=Eligible([]),
+        dropped_ids=[],
+        over_budget=False,
+    )
+    # No envelope, no framing to charge for (docs/cost-and-control.md: 0 when none).
+    assert (counted.bytes, counted.est_tokens) == (0, 0)
