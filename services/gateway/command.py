@@ -88,8 +88,8 @@ class CommandPorts(Protocol):
         """Append atomically; the stream seqs, or one of the `Commit*` exceptions."""
 
     async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
-        """The stream seq of the session's last event in the log now (0 for none);
-        `LogUnavailable`."""
+        """The stream seq of the session's last event in the log now (0 for none), as the
+        stream's leader has it (a replica may lag); `LogUnavailable`."""
 
     def check_caller(self, command: Command, state: SessionState) -> dict[str, Any] | None:
         """The per-command check of the caller, before every decide: None lets the command
@@ -200,13 +200,15 @@ async def _attempt(
     if profile is not None:
         profile.add("decide", since)
     if not decision.events:
-        # Nothing to append, so no expected-sequence check will catch a cached session that
-        # is behind the log (another replica appended): look at the log's last seq first,
-        # and decide again on the session as stored if it moved on.
-        if unsure_after is None and entry.last_stream_seq != await ports.last_stream_seq(
+        # Nothing to append, so no expected-sequence check will catch a session that is
+        # behind the log: a cached one (another replica appended) or one just read from a
+        # stream replica still catching up (after a partition healed; after an unknown
+        # outcome that read may miss the command's own events). Look at the log's last seq
+        # first, and decide again on the session as stored if it moved on.
+        if entry.last_stream_seq != await ports.last_stream_seq(
             command.session_id, deadline.left()
         ):
-            raise CommitConflict("the cached session is behind the log")
+            raise CommitConflict("the session decided on is behind the log")
         return decision.reply
     append = SessionAppend(
         command.session_id, entry.last_stream_seq, decision.events, encoded=decision.encoded

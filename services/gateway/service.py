@@ -45,7 +45,12 @@ from services.adapters import stages
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
-from services.adapters.session_read import READ_ATTEMPT_S, last_session_seq, read_session
+from services.adapters.session_read import (
+    READ_ATTEMPT_S,
+    last_session_seq,
+    leader_last_session_seq,
+    read_session,
+)
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
 from services.gateway.audit_reads import AuditReads, too_busy_reply
@@ -198,13 +203,15 @@ class NatsCommandPorts:
         return entry
 
     async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
-        """The stream seq of the session's last event (a direct get of the last message on
-        its subjects); one attempt (`READ_ATTEMPT_S`): the command path tries again."""
+        """The stream seq of the session's last event: a direct get of the last message on
+        its subjects, or on a replicated stream the leader's answer (a direct get may be
+        served by a replica still catching up, the very read this check must not trust);
+        one attempt (`READ_ATTEMPT_S`): the command path tries again."""
         attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
+        last_seq = leader_last_session_seq if self._settings.replicas > 1 else last_session_seq
         try:
             return await asyncio.wait_for(
-                last_session_seq(self._nc, self._settings.stream, session_id, attempt_s),
-                attempt_s,
+                last_seq(self._nc, self._settings.stream, session_id, attempt_s), attempt_s
             )
         except (TimeoutError, NatsError, JetStreamApiError) as exc:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc

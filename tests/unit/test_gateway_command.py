@@ -47,6 +47,9 @@ class FakePorts:
         self.commit_takes_s = 0.0
         self.commit_timeouts: list[float] = []
         self.cached: CachedSession | None = None
+        #: Reads served by a replica that has the log only through `lag_through`.
+        self.lagging_reads = 0
+        self.lag_through = 0
 
     def clock(self) -> float:
         return self.now
@@ -74,7 +77,13 @@ class FakePorts:
             self.reads_fail -= 1
             self.now += min(1.0, timeout_s)
             raise LogUnavailable("read timed out")
-        events = [(event, seq) for event, seq in self.log if event.session_id == session_id]
+        through = self.lag_through if self.lagging_reads else len(self.log)
+        self.lagging_reads = max(0, self.lagging_reads - 1)
+        events = [
+            (event, seq)
+            for event, seq in self.log
+            if event.session_id == session_id and seq <= through
+        ]
         last = events[-1][1] if events else 0
         return CachedSession(fold_all(SessionState(), events), last), events
 
@@ -283,3 +292,23 @@ async def test_a_no_op_decided_on_a_cached_session_behind_the_log_is_decided_aga
     reply = await run(replica_b, (render[0], list(render[1])))
     assert reply["envelope"] is not None and len(reply["envelope"]["directive_ids"]) == 1
     assert kinds(replica_b) == ["injected", "fired", "delivered"]
+
+
+async def test_a_no_op_decided_on_a_lagging_read_after_an_unknown_outcome_is_read_again() -> None:
+    """A `clear` whose commit landed but whose PubAck was lost; the session is re-read from a
+    stream replica still catching up (after a partition healed), which has neither the
+    reminder nor the clear, so the clear decides "nothing to clear". Answering that would
+    show the client a session behind what it had seen (found by the soak's history checker:
+    a stale read, and session_seq going backwards); the leader's last seq says the read is
+    behind, so it is read again and answered from the log."""
+    ports = FakePorts()
+    tagged = parse_command(
+        "inject", {"session_id": "s1", "reminder": {"body": "to be cleared", "tags": ["t0"]}}
+    )
+    await run(ports, (tagged[0], list(tagged[1])))
+    ports.failures = [(CommitUncertain("PubAck lost"), True)]
+    ports.lagging_reads, ports.lag_through = 1, 0
+    clear = parse_command("clear", {"session_id": "s1", "selector": {"tag": "t0"}})
+    reply = await run(ports, (clear[0], list(clear[1])))
+    assert reply["ok"] is True and reply["session_seq"] == 2
+    assert kinds(ports) == ["injected", "expired"] and ports.commits == 2
