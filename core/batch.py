@@ -23,8 +23,11 @@ from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
 
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.
 _CHAIN_BYTES = 76
-#: Room for the projector's `stream_seq` (up to 16 digits) and the KV record's framing.
-_STATE_SLACK = 64
+#: What the stored state holds beyond the measured scratch: the chain head (64 hex; the
+#: drafts carry an empty chain until `finish` links them), the projector's `stream_seq`
+#: (up to 16 digits; the scratch keeps the previous one), and 64 bytes for the KV record's
+#: framing.
+_STATE_SLACK = 64 + 16 + 64
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,9 @@ class Batch:
         """The state after the command, with the reply it will remember, fits (§4.1.1)."""
         remembered_bytes = 0
         if self.command.request_id is not None:  # the reply the state will remember
-            remembered = rules.remembered_reply(wire)
-            remembered_bytes = json_bytes({"request_id": self.command.request_id, **remembered})
+            # As the fold stores the row in `recent_replies`, with the comma before it.
+            row = {"request_id": self.command.request_id, "reply": rules.remembered_reply(wire)}
+            remembered_bytes = json_bytes(row) + 1
         if not self._state_surely_fits(config, remembered_bytes):
             # The state as the projector will store it, stream_seq at its longest.
             state = self.scratch.freeze()

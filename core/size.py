@@ -167,8 +167,8 @@ def state_upper_bound(
     replies: int,
     history_ids: int,
     inherited: int,
-    mutes: int = 0,
-    acknowledged: int = 0,
+    mutes: int,
+    acknowledged: int,
 ) -> int:
     """An upper bound of a state's stored size from counts alone (cheap on the hot path).
 

@@ -1,0 +1,90 @@
+"""The state check of `Batch` (SPEC §4.1.1): the state a command leaves, as the projector
+will store it, must fit `max_payload_bytes`, and the shortcut that skips measuring it may
+only skip a state that surely fits (docs/mutation-survivors-final-s19.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts.state import ProviderMark, ProvidersState, SessionState
+from core import CoreConfig, Decision, fold_all, handle
+from tests.support import Driver, context_for
+
+#: A reminder id of 128 characters, each 4 bytes of UTF-8: the longest an id can be stored.
+LONG_ID_CHAR = "\U0001d538"
+
+
+def long_id(n: int) -> str:
+    """The n-th distinct reminder id of the longest stored size."""
+    return f"{n:05d}" + LONG_ID_CHAR * 123
+
+
+def inject_into(state: SessionState, limit: int, **fields: Any) -> Decision:
+    """Decide an inject of a small reminder on `state` with `max_payload_bytes=limit`."""
+    raw = {"session_id": state.session_id or "s1", "reminder": {"body": "b"}, **fields}
+    config = CoreConfig(max_payload_bytes=limit, max_session_bytes=4096)
+    return handle(state, "inject", raw, context_for(900, "n0nce"), config)
+
+
+def assert_too_large(decision: Decision, what: str, limit: int) -> None:
+    """The command was refused as `too_large` for `what`, naming the limit, appending nothing."""
+    assert decision.events == ()
+    error = decision.reply["error"]
+    assert error["code"] == "too_large"
+    assert error["message"].startswith(f"the {what} would be ")
+    assert error["message"].endswith(f" bytes; the server's max_payload is {limit}")
+    assert error["details"]["limit"] == limit
+
+
+@pytest.mark.parametrize(
+    ("request_id", "providers"),
+    [(None, False), ("req-2-\u00e9", False), ("req-2-\u00e9", True)],
+)
+def test_the_state_check_leaves_room_for_the_stream_seq_and_the_framing_and_no_more(
+    request_id: str | None, providers: bool
+) -> None:
+    # The stored state has the chain head the drafts lack and remembers the reply; the check
+    # adds 16 digits for the projector's stream_seq and 64 bytes for the KV framing. A
+    # remembered reply is already held, so the new one is measured with its comma.
+    driver = Driver()
+    driver.ok("inject", reminder={"body": "first"}, request_id="req-1")
+    state = driver.state
+    if providers:
+        state = state.model_copy(update={"providers": ProvidersState()})
+    fields = {} if request_id is None else {"request_id": request_id}
+    roomy = inject_into(state, 1024 * 1024, **fields)
+    assert roomy.ok, roomy.reply
+    stored = fold_all(state, roomy.events)
+    assert stored.providers == state.providers
+    assert len(stored.recent_replies) == len(state.recent_replies) + (request_id is not None)
+    limit = len(stored.model_dump_json().encode()) + 16 + 64
+
+    at_limit = inject_into(state, limit, **fields)
+    assert at_limit.ok, at_limit.reply
+    assert fold_all(state, at_limit.events) == stored
+
+    below = inject_into(state, limit - 1, **fields)
+    assert_too_large(below, "state", limit - 1)
+    assert below.reply["error"]["details"]["size"] == limit
+
+
+def test_a_session_whose_provider_latches_outgrow_the_bound_from_counts_is_measured() -> None:
+    # The bound from counts leaves provider latches out, so such a session is always
+    # measured: here the latches alone are larger than that bound.
+    mark = ProviderMark(fired_count=1, level=2, last_fired_turn=3)
+    marks = {long_id(n): mark for n in range(900)}
+    state = SessionState(session_id="s1", providers=ProvidersState(marks=marks))
+    limit = len(state.model_dump_json().encode())
+    assert_too_large(inject_into(state, limit), "state", limit)
+
+
+@pytest.mark.parametrize("history", ["revoked_ids", "fired_ids"])
+def test_a_long_history_of_revoked_or_fired_ids_is_counted_in_the_bound(history: str) -> None:
+    # Every revoked or fired id is also a seen one; with ids at their longest, a session
+    # whose history alone is larger than the bound's fixed part must still be measured.
+    ids = [long_id(n) for n in range(2048)]
+    state = SessionState(session_id="s1", seen_ids=ids, **{history: ids})
+    limit = len(state.model_dump_json().encode())
+    assert_too_large(inject_into(state, limit), "state", limit)
