@@ -107,6 +107,16 @@ def test_a_bad_time_is_harn_rmd_001_and_appends_nothing(spec: dict[str, Any]) ->
     assert session.error("inject", T0, mode="finish_step", reminder={"body": "x", **spec})
 
 
+def test_an_expires_at_not_after_the_command_names_the_field_and_the_command_time() -> None:
+    # The time the deadline is compared with is the command's, which a client never sent.
+    for mode in (None, "finish_step"):
+        session = Clocked()
+        fields = {} if mode is None else {"mode": mode}
+        error = session.run("inject", at(5), reminder={"body": "x", "expires_at": at(4)}, **fields)
+        assert error.reply["error"]["details"] == {"field": "expires_at", "occurred_at": at(5)}
+        assert error.events == ()
+
+
 def test_a_command_time_never_goes_backwards() -> None:
     assert command_time(at(5), at(7)) == at(7)
     assert command_time(at(7), at(5)) == at(7)

@@ -4,7 +4,7 @@ testing of `core/fold.py` showed no other unit test pins down
 
 from __future__ import annotations
 
-from contracts.events import Delivered, Event
+from contracts.events import Delivered, Event, Fired
 from contracts.state import (
     FULL_ENVELOPE_TEXT_BYTES,
     RECENT_REPLIES_BYTES,
@@ -62,3 +62,21 @@ def test_remembered_replies_that_fill_their_bytes_exactly_are_all_kept() -> None
     assert [row.request_id for row in exact.recent_replies] == ["q0", "q1"]
     over = _remembering(first + 1, second)
     assert [row.request_id for row in over.recent_replies] == ["q1"]
+
+
+def test_an_id_seen_and_fired_again_within_one_fold_is_recorded_once() -> None:
+    # The projector folds a run of events on one scratch, whose index of seen and fired ids
+    # is built once: an id injected and rendered again after it expired must stay one entry
+    # in each list, as when the events are folded one decision at a time.
+    driver = Driver()
+    first = driver.inject("once", id="again", ttl_turns=1)
+    driver.ok("render", turn=0)
+    driver.ok("end_turn", turn=0)
+    assert driver.pending_ids() == []
+    driver.inject("twice", id="again", ttl_turns=1)
+    driver.ok("render", turn=1)
+    fired = [e.payload.reminder_id for e in driver.log if isinstance(e.payload, Fired)]
+    assert fired == [first, first]
+    whole = fold_all(SessionState(), driver.log)
+    assert whole == driver.state
+    assert (whole.seen_ids, whole.fired_ids) == ([first], [first])
