@@ -93,9 +93,9 @@ class Batch:
 
     def _state_surely_fits(self, config: CoreConfig, remembered_bytes: int) -> bool:
         """Whether a bound from list lengths alone shows the state after the command fits,
-        so the exact measurement (a full serialisation) can be skipped. Within the delivered
-        history a reminder appears once at most (never re-issued while it lives, and
-        compaction clears the history), so its directive ids are bounded by `seen_ids`."""
+        so the exact measurement (a full serialisation) can be skipped. The delivered
+        history's directive ids are counted row by row: an id injected again after it
+        expired is listed by each envelope that delivered it, yet seen once."""
         scratch = self.scratch
         if scratch.providers is not None:
             return False
@@ -103,7 +103,7 @@ class Batch:
             config,
             rows=len(scratch.pending) + len(scratch.queued),
             delivered_rows=len(scratch.delivered),
-            delivered_ids=len(scratch.seen_ids),
+            delivered_ids=sum(len(row.directive_ids) for row in scratch.delivered),
             replies=len(scratch.recent_replies),
             history_ids=len(scratch.seen_ids) + len(scratch.revoked_ids) + len(scratch.fired_ids),
             inherited=len(scratch.inherited_from),

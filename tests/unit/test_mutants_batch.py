@@ -8,8 +8,20 @@ from typing import Any
 
 import pytest
 
-from contracts.state import ProviderMark, ProvidersState, SessionState
+from contracts.spec import ResolvedSpec, parse_reminder
+from contracts.state import (
+    FULL_ENVELOPE_TEXT_BYTES,
+    RECENT_REPLIES_BYTES,
+    DeliveredDigest,
+    DeliveredEnvelope,
+    ProviderMark,
+    ProvidersState,
+    QueuedRow,
+    RecentReply,
+    SessionState,
+)
 from core import CoreConfig, Decision, fold_all, handle
+from core.size import json_bytes, spec_bytes
 from tests.support import Driver, context_for
 
 #: A reminder id of 128 characters, each 4 bytes of UTF-8: the longest an id can be stored.
@@ -88,3 +100,65 @@ def test_a_long_history_of_revoked_or_fired_ids_is_counted_in_the_bound(history:
     state = SessionState(session_id="s1", seen_ids=ids, **{history: ids})
     limit = len(state.model_dump_json().encode())
     assert_too_large(inject_into(state, limit), "state", limit)
+
+
+def test_a_history_that_lists_a_reissued_id_many_times_is_counted_row_by_row() -> None:
+    # An id may be injected again once it expired (only a live or queued id is refused),
+    # so envelopes of many turns can list the same id while `seen_ids` holds it once.
+    again = long_id(0)
+    digest = DeliveredDigest(turn_number=0, directive_ids=[again], text_sha256="0" * 64)
+    history = [digest.model_copy(update={"turn_number": n}) for n in range(2048)]
+    state = SessionState(session_id="s1", seen_ids=[again], fired_ids=[again], delivered=history)
+    limit = len(state.model_dump_json().encode())
+    assert_too_large(inject_into(state, limit), "state", limit)
+
+
+def brimful(queued: int) -> tuple[SessionState, int]:
+    """A session whose delivered text and remembered replies fill their byte bounds, with
+    `queued` queued reminders of the longest ids; and the session budget they take."""
+    full, _ = parse_reminder({"body": "b"})
+    rows = [
+        QueuedRow(
+            reminder=ResolvedSpec.resolve(full, id=long_id(n), fired_at_turn=0),
+            mode="finish_step",
+            position=n + 1,
+        )
+        for n in range(queued)
+    ]
+    envelope = DeliveredEnvelope(
+        turn_number=0,
+        speaker="harness",
+        directive_ids=[],
+        text="t" * FULL_ENVELOPE_TEXT_BYTES,
+        format="context-directives",
+        nonce=None,
+    )
+    pad = RECENT_REPLIES_BYTES - json_bytes({"request_id": "old", "reply": {"pad": ""}})
+    reply = RecentReply(request_id="old", reply={"pad": "p" * pad})
+    state = SessionState(
+        session_id="s1",
+        queued=rows,
+        seen_ids=[row.reminder.id or "" for row in rows],
+        delivered=[envelope],
+        recent_replies=[reply],
+    )
+    return state, sum(spec_bytes(row.reminder) for row in rows)
+
+
+def test_queued_rows_are_counted_in_the_bound_like_live_ones() -> None:
+    state, used = brimful(queued=256)
+    limit = len(state.model_dump_json().encode())
+    raw = {"session_id": "s1", "reminder": {"body": "b"}}
+    config = CoreConfig(max_payload_bytes=limit, max_session_bytes=used + 1000, max_live=1000)
+    decision = handle(state, "inject", raw, context_for(900), config)
+    assert_too_large(decision, "state", limit)
+
+
+def test_the_reply_a_command_will_remember_is_added_to_the_bound_not_taken_from_it() -> None:
+    # A checkpoint that drains many reminders of long ids remembers a long reply.
+    state, used = brimful(queued=64)
+    limit = len(state.model_dump_json().encode())
+    raw = {"session_id": "s1", "seam": "iteration_end", "turn": 0, "request_id": "cp"}
+    config = CoreConfig(max_payload_bytes=limit, max_session_bytes=used, max_live=1000)
+    decision = handle(state, "checkpoint", raw, context_for(900), config)
+    assert_too_large(decision, "state", limit)
