@@ -38,3 +38,22 @@ def test_an_inject_that_fills_the_session_budget_exactly_is_accepted() -> None:
     assert exact.inject("fills the budget", id="r") == "r"
     short = Driver(config=CoreConfig(max_session_bytes=size - 1))
     assert short.error("inject", reminder={"body": "fills the budget", "id": "r"}) == "too_large"
+
+
+def test_live_and_queued_reminders_both_count_against_the_session_budget() -> None:
+    probe = Driver()
+    probe.inject("queued first", mode="finish_step", id="q")
+    probe.inject("live first", id="p")
+    queued, live = (
+        spec_bytes(probe.state.queued[0].reminder),
+        spec_bytes(probe.state.pending[0].spec),
+    )
+    driver = Driver(config=CoreConfig(max_session_bytes=queued + live + 100))
+    driver.inject("queued first", mode="finish_step", id="q")
+    driver.inject("live first", id="p")
+    refused = driver.run("inject", reminder={"body": "x" * 200})
+    assert refused.reply["error"]["code"] == "too_large"
+    assert refused.reply["error"]["details"] == {
+        "budget_bytes": queued + live + 100,
+        "used_bytes": queued + live,
+    }
