@@ -6,8 +6,10 @@ Folding works on a mutable scratch copy and freezes once, so folding a batch cos
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any, TypeVar, get_origin
 
 from pydantic import BaseModel
@@ -376,18 +378,27 @@ def apply_event(scratch: Scratch, event: ev.Event, stream_seq: int | None = None
 
 
 #: Stored size of each remembered reply row, by identity (rows are frozen and shared between
-#: states); the row is held so its id is not reused while cached.
-_ROW_BYTES: dict[int, tuple[RecentReply, int]] = {}
+#: states). Only a weak reference is held: an entry goes when its row does, so the table never
+#: keeps alive rows that every state has evicted (a strong table did, up to 65,536 rows).
+_ROW_BYTES: dict[int, tuple[weakref.ref[RecentReply], int]] = {}
+
+
+def _forget_row(key: int, ref: weakref.ref[RecentReply]) -> None:
+    """The row behind `ref` is gone: drop its entry (unless its id was reused since)."""
+    cached = _ROW_BYTES.get(key)
+    if cached is not None and cached[0] is ref:
+        del _ROW_BYTES[key]
 
 
 def _row_bytes(row: RecentReply) -> int:
-    cached = _ROW_BYTES.get(id(row))
-    if cached is not None and cached[0] is row:
+    key = id(row)
+    cached = _ROW_BYTES.get(key)
+    # An entry outlives no row (its callback runs before the row's memory can be reused),
+    # so an entry under a live row's id is that row's.
+    if cached is not None:
         return cached[1]
-    if len(_ROW_BYTES) >= 65_536:
-        _ROW_BYTES.clear()
     size = json_bytes({"request_id": row.request_id, "reply": row.reply})
-    _ROW_BYTES[id(row)] = (row, size)
+    _ROW_BYTES[key] = (weakref.ref(row, partial(_forget_row, key)), size)
     return size
 
 

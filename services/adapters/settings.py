@@ -76,6 +76,11 @@ class Settings(BaseModel):
         default=1000, ge=1, description="REMINDERS_MAX_WAITING_QUERIES (per gateway replica)"
     )
     cache_sessions: int = Field(default=10_000, ge=0, description="REMINDERS_CACHE_SESSIONS")
+    gateway_cache_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=0,
+        description="REMINDERS_GATEWAY_CACHE_BYTES (encoded state bytes a gateway caches)",
+    )
     projector_partitions: int = Field(
         default=1, ge=1, le=64, description="REMINDERS_PROJECTOR_PARTITIONS (docs/scaling.md)"
     )
@@ -170,6 +175,7 @@ class Settings(BaseModel):
             "REMINDERS_MAX_IN_FLIGHT": "max_in_flight",
             "REMINDERS_MAX_WAITING_QUERIES": "max_waiting_queries",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
+            "REMINDERS_GATEWAY_CACHE_BYTES": "gateway_cache_bytes",
             "REMINDERS_PROJECTOR_PARTITIONS": "projector_partitions",
             "REMINDERS_PROJECTOR_PARTITION": "projector_partition",
             "REMINDERS_PROJECTOR_CACHE_BYTES": "projector_cache_bytes",

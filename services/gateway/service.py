@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -77,32 +77,97 @@ REPLY_MARGIN_S = 0.1
 CallerCheck = Callable[[Command, SessionState], dict[str, Any] | None]
 
 
-class SessionCache:
-    """Bounded LRU of folded sessions."""
+#: Between two measures, each event folded into a cached state is charged this many bytes.
+EVENT_ALLOWANCE_BYTES = 128
+#: A cached state is measured again once it has folded one event per this many bytes of its
+#: last measure: encoding costs about as much per byte as anything, so this spends about one
+#: kibibyte's encoding per event, whatever the state's size.
+REMEASURE_BYTES_PER_EVENT = 1024
 
-    def __init__(self, capacity: int) -> None:
+
+def encoded_bytes(state: SessionState) -> int:
+    """Bytes of the state encoded as JSON: the measure the cache's byte bound counts (the
+    bucket's canonical form is about as long, but several times slower to make)."""
+    return len(state.__pydantic_serializer__.to_json(state))
+
+
+@dataclass
+class _Slot:
+    """One cached session: the entry, its last measure and the events folded since."""
+
+    entry: CachedSession
+    measured: int
+    unmeasured_events: int = 0
+
+    @property
+    def size(self) -> int:
+        """What the slot counts against the byte bound."""
+        return self.measured + self.unmeasured_events * EVENT_ALLOWANCE_BYTES
+
+
+class SessionCache:
+    """LRU of folded sessions, bounded by count and by the bytes of their encoded states.
+
+    A folded state holds what its session's history grew (replies, envelopes, ids) up to
+    `max_payload_bytes`, so a bound by count alone bounds nothing a deployment can size.
+    A state read from the log is measured (`encoded_bytes`; the read costs far more); a
+    state the command path folds further is charged `EVENT_ALLOWANCE_BYTES` per event and
+    measured again every `measured / REMEASURE_BYTES_PER_EVENT` events, so that measuring
+    stays a small constant share of a command however large the session."""
+
+    def __init__(self, capacity: int, capacity_bytes: int = 32 * 1024 * 1024) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[str, CachedSession] = OrderedDict()
+        self._capacity_bytes = capacity_bytes
+        self._entries: OrderedDict[str, _Slot] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the cached sessions count against the byte bound."""
+        return self._bytes
 
     def get(self, session_id: str) -> CachedSession | None:
         """The cached entry, freshened in LRU order."""
-        entry = self._entries.get(session_id)
-        if entry is not None:
-            self._entries.move_to_end(session_id)
-        return entry
-
-    def put(self, session_id: str, entry: CachedSession) -> None:
-        """Remember an entry, evicting the least recently used beyond capacity."""
-        if self._capacity == 0:
-            return
-        self._entries[session_id] = entry
+        slot = self._entries.get(session_id)
+        if slot is None:
+            return None
         self._entries.move_to_end(session_id)
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+        return slot.entry
+
+    def put(self, session_id: str, entry: CachedSession, folded_events: int | None = None) -> None:
+        """Remember an entry, evicting the least recently used beyond either bound.
+
+        `folded_events`: how many events `entry` folded onto the entry cached before (its
+        size then follows from the old one's); None measures the state."""
+        if self._capacity == 0 or self._capacity_bytes == 0:
+            return
+        old = self._entries.pop(session_id, None)
+        if old is not None:
+            self._bytes -= old.size
+        if old is None or folded_events is None:
+            slot = _Slot(entry, encoded_bytes(entry.state))
+        else:
+            unmeasured = old.unmeasured_events + folded_events
+            if unmeasured * REMEASURE_BYTES_PER_EVENT > old.measured:
+                slot = _Slot(entry, encoded_bytes(entry.state))
+            else:
+                slot = _Slot(entry, old.measured, unmeasured)
+        self._entries[session_id] = slot
+        self._bytes += slot.size
+        while self._entries and (
+            len(self._entries) > self._capacity or self._bytes > self._capacity_bytes
+        ):
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= evicted.size
 
     def drop(self, session_id: str) -> None:
         """Forget a session (after a conflict)."""
-        self._entries.pop(session_id, None)
+        slot = self._entries.pop(session_id, None)
+        if slot is not None:
+            self._bytes -= slot.size
 
 
 class RateLimiter:
@@ -169,7 +234,7 @@ class NatsCommandPorts:
         self._committer = committer
         self._metrics = metrics
         self._caller_check = caller_check
-        self.cache = SessionCache(settings.cache_sessions)
+        self.cache = SessionCache(settings.cache_sessions, settings.gateway_cache_bytes)
         self.core = settings.core
         self.conflict_retries = settings.conflict_retries
 
@@ -257,7 +322,7 @@ class NatsCommandPorts:
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
         state = fold_all(entry.state, list(zip(events, seqs, strict=True)))
-        self.cache.put(state.session_id, CachedSession(state, seqs[-1]))
+        self.cache.put(state.session_id, CachedSession(state, seqs[-1]), len(events))
         if self._metrics is not None:
             for event in events:
                 self._metrics.events.add(1, {"kind": event.kind})

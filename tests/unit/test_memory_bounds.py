@@ -1,0 +1,98 @@
+"""What a long-running service holds stays bounded (issue #23, the soak): the fold's table of
+remembered replies' sizes holds no row every state has dropped, and the gateway's session
+cache is bounded in bytes of encoded state as well as in sessions."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+
+from contracts.state import RecentReply, SessionState
+from services.gateway.command import CachedSession
+from services.gateway.service import (
+    EVENT_ALLOWANCE_BYTES,
+    REMEASURE_BYTES_PER_EVENT,
+    SessionCache,
+    encoded_bytes,
+)
+
+fold_module = importlib.import_module("core.fold")
+
+
+def _rows(count: int, prefix: str = "r") -> list[RecentReply]:
+    return [
+        RecentReply(request_id=f"{prefix}{i}", reply={"ok": True, "session_seq": i})
+        for i in range(count)
+    ]
+
+
+def test_reply_sizes_are_remembered_only_while_their_rows_live() -> None:
+    before = len(fold_module._ROW_BYTES)
+    rows = _rows(300)
+    fold_module._evict_replies(rows)  # the oldest beyond RECENT_REPLIES_KEPT go unmeasured
+    assert len(fold_module._ROW_BYTES) == before + len(rows)
+    del rows[:100]
+    assert len(fold_module._ROW_BYTES) == before + len(rows)
+    rows.clear()
+    gc.collect()
+    assert len(fold_module._ROW_BYTES) == before
+
+
+def test_a_remembered_size_is_the_rows_own_after_its_id_is_reused() -> None:
+    (short,) = _rows(1)
+    fold_module._evict_replies([short])
+    key = id(short)
+    del short
+    long = RecentReply(request_id="x" * 500, reply={"ok": True})
+    # Whether or not CPython hands the same address out again, the size is the new row's.
+    assert fold_module._row_bytes(long) > 500
+    assert key not in fold_module._ROW_BYTES or fold_module._ROW_BYTES[key][0]() is long
+
+
+def _state(session_id: str, replies: int) -> SessionState:
+    return SessionState(session_id=session_id, recent_replies=_rows(replies, session_id))
+
+
+def test_the_session_cache_evicts_the_least_recent_beyond_its_bytes() -> None:
+    states = {name: _state(name, 20) for name in ("a", "b", "c")}
+    one = encoded_bytes(states["a"])
+    cache = SessionCache(capacity=100, capacity_bytes=2 * one + one // 2)
+    for name, state in states.items():
+        cache.put(name, CachedSession(state, 1))
+        assert cache.cached_bytes <= 2 * one + one // 2
+    assert cache.get("a") is None
+    assert cache.get("b") is not None and cache.get("c") is not None
+    assert len(cache) == 2
+    cache.drop("b")
+    assert cache.cached_bytes == encoded_bytes(states["c"])
+
+
+def test_the_session_cache_still_bounds_the_count() -> None:
+    cache = SessionCache(capacity=2, capacity_bytes=1 << 30)
+    for name in ("a", "b", "c"):
+        cache.put(name, CachedSession(_state(name, 1), 1))
+    assert len(cache) == 2 and cache.get("a") is None
+
+
+def test_a_state_folded_further_is_charged_per_event_then_measured_again() -> None:
+    small, large = _state("s", 40), _state("s", 80)
+    measured = encoded_bytes(small)
+    cache = SessionCache(capacity=10, capacity_bytes=1 << 30)
+    cache.put("s", CachedSession(small, 1))
+    assert cache.cached_bytes == measured
+    # Fewer events than one per REMEASURE_BYTES_PER_EVENT of the measure: charged, not measured.
+    within = measured // REMEASURE_BYTES_PER_EVENT
+    assert within >= 1
+    cache.put("s", CachedSession(large, 2), within)
+    assert cache.cached_bytes == measured + within * EVENT_ALLOWANCE_BYTES
+    cache.put("s", CachedSession(large, 3), 1)
+    assert cache.cached_bytes == encoded_bytes(large)
+    # Read from the log (no count of folded events): measured at once.
+    cache.put("s", CachedSession(small, 4))
+    assert cache.cached_bytes == measured
+
+
+def test_a_zero_bound_caches_nothing() -> None:
+    for cache in (SessionCache(0, 1 << 20), SessionCache(10, 0)):
+        cache.put("a", CachedSession(_state("a", 1), 1))
+        assert cache.get("a") is None and cache.cached_bytes == 0
