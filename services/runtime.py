@@ -29,6 +29,7 @@ from nats.js import JetStreamContext
 from contracts.subjects import command_subject
 from services.adapters.connection import connect
 from services.adapters.http import HealthServer
+from services.adapters.memory import give_back_freed_memory
 from services.adapters.provisioning import DurableConsumer, ensure_consumer, provision
 from services.adapters.settings import Settings, check_payload_bounds
 from services.adapters.telemetry import inject_traceparent
@@ -138,6 +139,12 @@ def serve(worker: Worker, settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run_worker(worker, settings, stop)
+        # One per process: the allocator's heaps are the process's, whatever runs in it.
+        trimmer = asyncio.create_task(give_back_freed_memory(stop))
+        try:
+            await run_worker(worker, settings, stop)
+        finally:
+            stop.set()
+            await trimmer
 
     asyncio.run(main())
