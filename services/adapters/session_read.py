@@ -359,3 +359,22 @@ async def leader_last_session_seq(
             return 0
         raise JetStreamApiError(error)
     return int(answer["message"]["seq"])
+
+
+async def leader_first_after(
+    nc: Client, stream: str, subject_filter: str, after_seq: int, timeout_s: float = 5.0
+) -> int | None:
+    """Stream sequence of the first message on `subject_filter` after `after_seq` (None when
+    there is none), as the stream's leader has it: a `STREAM.MSG.GET`, never answered by a
+    replica still catching up (which would say "none" for a message it has yet to get)."""
+    request = {"next_by_subj": subject_filter, "seq": after_seq + 1}
+    reply = await nc.request(
+        f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps(request), timeout=timeout_s
+    )
+    answer: dict[str, Any] = orjson.loads(reply.data)
+    error = answer.get("error")
+    if error is not None:
+        if int(error.get("code", 0)) == 404:
+            return None
+        raise JetStreamApiError(error)
+    return int(answer["message"]["seq"])

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from contracts.subjects import EVENT_PREFIX
 from services.adapters.deadletter import send_to_dlq
+from services.adapters.session_read import leader_first_after
 from services.projector.apply import Delivery
 
 
@@ -30,6 +33,20 @@ class NatsDelivery:
     async def nak(self, delay_s: float) -> None:
         """Redeliver after `delay_s`."""
         await self._message.nak(delay=delay_s)
+
+
+class LeaderSessionLog:
+    """The event stream, asked through its leader (the projector's `SessionLog`)."""
+
+    def __init__(self, nc: Client, stream: str) -> None:
+        self._nc = nc
+        self._stream = stream
+
+    async def first_after(self, token: str, after_seq: int) -> int | None:
+        """The stream seq of the session's first event after `after_seq` (None: none)."""
+        return await leader_first_after(
+            self._nc, self._stream, f"{EVENT_PREFIX}.*.{token}", after_seq
+        )
 
 
 class JetStreamDeadLetters:

@@ -23,7 +23,7 @@ from services.adapters.telemetry import (
     meter_provider,
     tracer_provider,
 )
-from services.projector.adapters import JetStreamDeadLetters, NatsDelivery
+from services.projector.adapters import JetStreamDeadLetters, LeaderSessionLog, NatsDelivery
 from services.projector.apply import Projector, Verdict
 from services.projector.consumer import next_batch
 from services.projector.partitions import (
@@ -87,6 +87,7 @@ class ProjectorWorker:
             KvSessionStore(kv),
             JetStreamDeadLetters(runtime.js),
             cache_bytes=self.settings.projector_cache_bytes,
+            log=LeaderSessionLog(runtime.connection, self.settings.stream),
         )
         collect_less_often()
 

@@ -7,6 +7,15 @@ gap is nak'ed with a delay; a poison message goes to the DLQ with its error, is 
 marks the session degraded (§6.4). A session that is degraded or tombstoned never blocks
 the consumer: its later events are acked and skipped, and `reminders rebuild` repairs it.
 
+A gap is final — the event degrades its session — only when the log shows the missing
+events are not there: once a gapped event came back `max_gap_redeliveries` times, the
+stream's leader is asked for the session's first event after the record; while that is
+earlier than the gapped event, the missing events exist and will be redelivered (a crashed
+replica's batch waits out its ack wait, a consumer's leader election, a partition), so the
+event is nak'ed again, however long that takes. Counting redeliveries alone once degraded
+sessions whose missing events came back after a partition (found by the fault suite's long
+form: three sessions' projections never caught up).
+
 Sessions are independent (one key each, their own `session_seq` and chain), so the touched
 sessions of a batch are processed concurrently, up to `concurrency` at once: a batch costs
 about one KV round trip instead of one per session. Within a session the order stays the
@@ -64,6 +73,13 @@ class SessionStore(Protocol):
         """Compare-and-set; raises `StaleRevision`. Returns the new revision."""
 
 
+class SessionLog(Protocol):
+    """The event stream, as its leader has it."""
+
+    async def first_after(self, token: str, after_seq: int) -> int | None:
+        """The stream seq of the session's first event after `after_seq` (None: none)."""
+
+
 class DeadLetters(Protocol):
     """Where poison messages go."""
 
@@ -108,8 +124,10 @@ class Projector:
         cache_bytes: int = 16 * 1024 * 1024,
         cas_retries: int = 5,
         concurrency: int = 64,
+        log: SessionLog | None = None,
     ) -> None:
         self._store = store
+        self._log = log
         self._dead_letters = dead_letters
         self._gap_delay_s = gap_delay_s
         self._max_gap_redeliveries = max_gap_redeliveries
@@ -177,17 +195,17 @@ class Projector:
         stored = stored_of(deliveries)
         if profile is not None:
             since = profile.add("parse", since)
-        record, verdicts, poison = self._decide(slot.record, deliveries, stored)
+        record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
         if profile is not None:
             profile.add("validate_chain_fold", since)
         if self._cache_looks_stale(slot, deliveries, verdicts):
             # Someone else wrote the bucket (a forget's tombstone, another replica): re-read.
             slot = await self._slot(token, fresh=True)
-            record, verdicts, poison = self._decide(slot.record, deliveries, stored)
+            record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
         dead_lettered: set[int] = set()
         for attempt in range(self._cas_retries + 1):
             if attempt:
-                record, verdicts, poison = self._decide(slot.record, deliveries, stored)
+                record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
             # Copy poison to the DLQ before the degraded mark is written: if the copy fails,
             # nothing is written or acked and the redelivery tries again.
             for delivery, verdict in zip(deliveries, verdicts, strict=True):
@@ -241,12 +259,58 @@ class Projector:
             for delivery, verdict in zip(deliveries, verdicts, strict=True)
         )
 
-    def _decide(
-        self, record: Record, deliveries: list[Delivery], stored: list[StoredEvent | Unreadable]
+    async def _judge(
+        self,
+        token: str,
+        record: Record,
+        deliveries: list[Delivery],
+        stored: list[StoredEvent | Unreadable],
     ) -> tuple[Record, list[Verdict], dict[int, tuple[str, str]]]:
-        """Pure: the record after these deliveries, and a verdict for each (`core.projection`)."""
-        final = [d.num_delivered >= self._max_gap_redeliveries for d in deliveries]
-        record, outcomes = project_all(record, stored, gap_is_final=final)
+        """`_decide`, then again with no gap final if the log says a gap is not."""
+        decided = self._decide(record, deliveries, stored)
+        if await self._gap_not_final(token, record, deliveries, decided[1], decided[2]):
+            return self._decide(record, deliveries, stored, final=False)
+        return decided
+
+    async def _gap_not_final(
+        self,
+        token: str,
+        record: Record,
+        deliveries: list[Delivery],
+        verdicts: list[Verdict],
+        poison: dict[int, tuple[str, str]],
+    ) -> bool:
+        """True when a gap was judged final but the log still holds an event the session's
+        record has not applied, before the gapped one: it will be redelivered."""
+        if self._log is None or not poison:
+            return False
+        gapped = [
+            d.stream_seq
+            for d, verdict in zip(deliveries, verdicts, strict=True)
+            if verdict is Verdict.POISON and poison[d.stream_seq][0] == "gap"
+        ]
+        if not gapped:
+            return False
+        if isinstance(record, SessionState):
+            applied_through = record.stream_seq
+        elif record is None:
+            applied_through = 0
+        else:  # a tombstone: what was purged is not coming back
+            return False
+        first = await self._log.first_after(token, applied_through)
+        return first is not None and first < min(gapped)
+
+    def _decide(
+        self,
+        record: Record,
+        deliveries: list[Delivery],
+        stored: list[StoredEvent | Unreadable],
+        final: bool = True,
+    ) -> tuple[Record, list[Verdict], dict[int, tuple[str, str]]]:
+        """Pure: the record after these deliveries, and a verdict for each (`core.projection`);
+        with `final` False no gap is final, however often it came back."""
+        gap_final = [final and d.num_delivered >= self._max_gap_redeliveries for d in deliveries]
+        record, outcomes = project_all(record, stored, gap_is_final=gap_final)
         poison = {
             delivery.stream_seq: (outcome.code, outcome.reason)
             for delivery, outcome in zip(deliveries, outcomes, strict=True)

@@ -260,3 +260,60 @@ def test_the_projector_process_collects_young_garbage_less_often_and_freezes_sta
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+@dataclass
+class FakeLog:
+    """The stream as its leader has it: the stream seqs of each session token's events."""
+
+    seqs: dict[str, list[int]] = field(default_factory=dict)
+    asked: int = 0
+
+    async def first_after(self, token: str, after_seq: int) -> int | None:
+        self.asked += 1
+        return next((seq for seq in self.seqs.get(token, []) if seq > after_seq), None)
+
+
+async def test_a_gap_whose_missing_event_is_in_the_log_is_never_final() -> None:
+    """The missing event exists (a crashed replica's batch, a partition): however often the
+    gapped events came back, they are nak'ed and nothing is degraded; once the missing one
+    is redelivered, the session catches up (the long fault run found sessions degraded by a
+    count of redeliveries alone, their projections never caught up)."""
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    batch = deliveries(log)
+    stream = FakeLog({"s1": [item.stream_seq for item in batch]})
+    projector = Projector(store, dlq, max_gap_redeliveries=3, log=stream)
+    await projector.process([batch[0]])
+    gapped = [batch[2], batch[3]]
+    for item in gapped:
+        item.num_delivered = 50
+    report = await projector.process(list(gapped))
+    assert report.verdicts[Verdict.GAP] == 2 and report.verdicts[Verdict.POISON] == 0
+    assert dlq.sent == [] and stream.asked == 1
+    assert [item.naked for item in gapped] == [0.5, 0.5]
+    assert stored_state(store, "s1").degraded is None
+    rest = deliveries(log)[1:]
+    report = await projector.process(rest)
+    assert report.verdicts[Verdict.APPLIED] == len(log) - 1
+    assert stored_state(store, "s1").session_seq == len(log)
+
+
+async def test_a_gap_whose_missing_event_is_not_in_the_log_is_final_after_the_redeliveries() -> (
+    None
+):
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    batch = deliveries(log)
+    stream = FakeLog({"s1": [1, 3, 4]})  # stream seq 2 is not there
+    projector = Projector(store, dlq, max_gap_redeliveries=3, log=stream)
+    await projector.process([batch[0]])
+    batch[2].num_delivered = 2
+    report = await projector.process([batch[2]])
+    assert report.verdicts[Verdict.GAP] == 1 and stream.asked == 0  # not yet asked
+    batch[2].num_delivered = 3
+    report = await projector.process([batch[2]])
+    assert report.verdicts[Verdict.POISON] == 1 and stream.asked == 1
+    assert dlq.sent == [(3, "s1", "gap")]
+    degraded = stored_state(store, "s1").degraded
+    assert degraded is not None and degraded.stream_seq == 3
