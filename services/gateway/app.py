@@ -73,6 +73,7 @@ class Gateway:
             parts.service,
             tracer if tracing_enabled() else None,
             in_flight=self.settings.max_in_flight,
+            shed_latency_s=self.settings.shed_latency_ms / 1000,
         )
         await parts.listener.start()
         # What start-up made (modules, models, schemas, clients) lives as long as the

@@ -7,7 +7,8 @@ exported at all. Past the bound a command is shed:
 answered `unavailable` with `retry_after_ms` at once, never queued, so under overload the
 admitted commands keep their latency and no queue grows without bound (a blocked callback
 would leave messages piling up in the client's pending buffer, each older than its caller's
-deadline by the time it is served).
+deadline by the time it is served). While it sheds, the bound is lowered so that the
+admitted commands keep to a target latency (`services/gateway/admission.py`).
 The gateway runs in the shared worker runtime like every other worker (`services/runtime.py`);
 its subjects are declared in the AsyncAPI document (`reminders asyncapi`), generated from the
 contracts, not from this code.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import AbstractContextManager, nullcontext
 
 import orjson
@@ -30,6 +32,7 @@ from contracts.subjects import COMMAND_SUBJECTS, RPC_OP, last_token
 from contracts.tenants import TENANT_COMMAND_SUBJECTS, command_tenant
 from services.adapters import stages
 from services.adapters.telemetry import MESSAGING_SYSTEM, extract_context
+from services.gateway.admission import Admission
 from services.gateway.replies import overloaded_reply
 from services.gateway.rpc import rpc_error_response
 from services.gateway.service import QUERY_OPS, CommandService
@@ -51,11 +54,12 @@ class CommandListener:
         service: CommandService,
         tracer: Tracer | None,
         in_flight: int = 64,
+        shed_latency_s: float = 0.0,
     ) -> None:
         self._nc = nc
         self._service = service
         self._tracer = tracer
-        self._slots = asyncio.Semaphore(in_flight)
+        self._admission = Admission(in_flight, shed_latency_s)
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
 
@@ -83,12 +87,11 @@ class CommandListener:
         # Queries wait for the projection under their own bound (per replica and per
         # session, SPEC §4.10): a flood of long waits must not take the commands' places.
         slot = last_token(message.subject) not in QUERY_OPS
-        if slot and self._slots.locked():
+        received = time.monotonic()
+        if slot and not self._admission.admit(received):
             await self._shed(message)
             return
-        if slot:
-            await self._slots.acquire()  # free: returns at once
-        task = asyncio.create_task(self._serve(message, slot))
+        task = asyncio.create_task(self._serve(message, received if slot else None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if profile is not None:
@@ -134,7 +137,9 @@ class CommandListener:
             otel_context.attach(extract_context(message.headers))
         return nullcontext()
 
-    async def _serve(self, message: Msg, slot: bool = True) -> None:
+    async def _serve(self, message: Msg, admitted: float | None) -> None:
+        """Serve one command or query; `admitted` is when a command took its place in flight
+        (None for a query, which has none)."""
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
         op = last_token(message.subject)
@@ -161,5 +166,6 @@ class CommandListener:
         except Exception:  # a reply could not be sent; the client times out and retries
             log.exception("reply failed", extra={"op": op[:64]})
         finally:
-            if slot:
-                self._slots.release()
+            if admitted is not None:
+                now = time.monotonic()
+                self._admission.done(now - admitted, now)
