@@ -39,7 +39,5 @@ def test_counts_are_exposed_as_counters_and_shared_by_name_on_a_meter() -> None:
         (("op", "inject"), ("outcome", "ok")): 3.0,
         (("op", "render"), ("outcome", "too_large")): 1.0,
     }
-    assert scraped("reminders_events_appended", scope) == {
-        (("kind", "injected"),): 3.0
-    }
+    assert scraped("reminders_events_appended", scope) == {(("kind", "injected"),): 3.0}
     assert scraped("reminders_occ_conflicts", scope) == {(): 1.0}

@@ -28,9 +28,9 @@ def test_there_are_legacy_logs() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_a_legacy_log_replays_to_its_state_byte_for_byte(name: str) -> None:
     rows = read_rows(f"legacy/{name}")
-    assert all(
-        "summary" not in row["payload"] for row in rows if row["kind"] == "delivered"
-    ), "a legacy log is one written before delivered carried a summary"
+    assert all("summary" not in row["payload"] for row in rows if row["kind"] == "delivered"), (
+        "a legacy log is one written before delivered carried a summary"
+    )
     expected = (LEGACY / f"{name}.state.json").read_bytes()
     assert state_text(replay_rows(rows)).encode("utf-8") == expected
 
