@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+from contracts import commands as cmd
+from core.decide import with_unstored
+from core.sanitize import neutralize
 from tests.support import Driver
 
 
@@ -33,3 +36,14 @@ def test_a_repeated_render_whose_envelope_is_no_longer_held_is_refused_with_the_
         "held in full (digested or compacted): use a new request_id",
         "details": {"field": "request_id"},
     }
+
+
+def test_a_sanitize_error_reply_gets_no_text_added() -> None:
+    # Only an accepted sanitize's reply carries the neutralized text (SPEC §12.5); a refusal
+    # is returned as it is, with no text the command never got.
+    command = cmd.Sanitize.model_validate({"session_id": "s1", "turn": 0, "text": "<directive>"})
+    error = {"ok": False, "error": {"code": "stale_turn", "message": "m", "details": {}}}
+    assert with_unstored(command, error) == error
+    accepted = with_unstored(command, {"ok": True, "session_seq": 1})
+    assert accepted == {"ok": True, "session_seq": 1, "text": neutralize("<directive>")[0]}
+    assert accepted["text"] != "<directive>"
