@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -325,6 +325,10 @@ async def read_session(
     return [StoredEvent.from_bytes(raw.data, raw.stream_seq, raw.subject) for raw in messages]
 
 
+#: A read of a session's last stream seq: (connection, stream, session id, timeout) → seq.
+LastSessionSeq = Callable[[Client, str, str, float], Awaitable[int]]
+
+
 async def last_session_seq(nc: Client, stream: str, session_id: str, timeout_s: float = 5.0) -> int:
     """Stream sequence of the session's last event (0 when it has none): one direct get."""
     request = {"last_by_subj": session_subject_filter(session_id)}
@@ -341,40 +345,44 @@ async def last_session_seq(nc: Client, stream: str, session_id: str, timeout_s: 
     return int(headers["Nats-Sequence"])
 
 
-async def leader_last_session_seq(
-    nc: Client, stream: str, session_id: str, timeout_s: float = 5.0
-) -> int:
-    """Stream sequence of the session's last event (0 when it has none), as the stream's
-    leader has it: a `STREAM.MSG.GET`, which waits in the server's JetStream API queue where
-    a direct get does not, but is never answered by a replica still catching up after a
-    partition heals or a node restarts."""
-    request = {"last_by_subj": session_subject_filter(session_id)}
+async def _leader_seq(
+    nc: Client, stream: str, request: dict[str, Any], timeout_s: float
+) -> int | None:
+    """The stream seq of the message a `STREAM.MSG.GET` finds (None for none), as the stream's
+    leader has it: the get waits in the server's JetStream API queue where a direct get does
+    not, but is never answered by a replica still catching up after a partition heals or a
+    node restarts (which would name an older message, or none for one it has yet to get)."""
     reply = await nc.request(
         f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps(request), timeout=timeout_s
     )
     answer: dict[str, Any] = orjson.loads(reply.data)
     error = answer.get("error")
     if error is not None:
-        if int(error.get("code", 0)) == 404:  # no message on the session's subjects
-            return 0
+        if int(error.get("code", 0)) == 404:  # no message matches
+            return None
         raise JetStreamApiError(error)
     return int(answer["message"]["seq"])
+
+
+async def leader_last_session_seq(
+    nc: Client, stream: str, session_id: str, timeout_s: float = 5.0
+) -> int:
+    """Stream sequence of the session's last event (0 when it has none), from the leader."""
+    request = {"last_by_subj": session_subject_filter(session_id)}
+    return await _leader_seq(nc, stream, request, timeout_s) or 0
+
+
+def trusted_last_session_seq(replicas: int) -> LastSessionSeq:
+    """The read of a session's last seq that every replica of the stream agrees with: the
+    leader's on a replicated stream (a direct get may be answered by a replica that lags),
+    the direct get on one replica (it is the leader)."""
+    return leader_last_session_seq if replicas > 1 else last_session_seq
 
 
 async def leader_first_after(
     nc: Client, stream: str, subject_filter: str, after_seq: int, timeout_s: float = 5.0
 ) -> int | None:
     """Stream sequence of the first message on `subject_filter` after `after_seq` (None when
-    there is none), as the stream's leader has it: a `STREAM.MSG.GET`, never answered by a
-    replica still catching up (which would say "none" for a message it has yet to get)."""
+    there is none), from the leader."""
     request = {"next_by_subj": subject_filter, "seq": after_seq + 1}
-    reply = await nc.request(
-        f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps(request), timeout=timeout_s
-    )
-    answer: dict[str, Any] = orjson.loads(reply.data)
-    error = answer.get("error")
-    if error is not None:
-        if int(error.get("code", 0)) == 404:
-            return None
-        raise JetStreamApiError(error)
-    return int(answer["message"]["seq"])
+    return await _leader_seq(nc, stream, request, timeout_s)

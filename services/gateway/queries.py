@@ -20,11 +20,7 @@ from nats.aio.client import Client
 from contracts.state import SessionState
 from contracts.subjects import session_token
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
-from services.adapters.session_read import (
-    READ_ATTEMPT_S,
-    last_session_seq,
-    leader_last_session_seq,
-)
+from services.adapters.session_read import READ_ATTEMPT_S, trusted_last_session_seq
 from services.adapters.settings import Settings
 
 DEFAULT_TIMEOUT_MS = 2000
@@ -75,7 +71,7 @@ class ProjectionReader:
         # answer `stale: false` below a write acked before it was asked. The value itself
         # may come from any replica: the query then waits on the bucket's watch, which the
         # leader feeds, until it covers that seq.
-        self._last_seq = leader_last_session_seq if settings.replicas > 1 else last_session_seq
+        self._last_seq = trusted_last_session_seq(settings.replicas)
 
     async def projected(
         self, session_id: str, min_seq: int = 0, timeout_ms: int | None = None

@@ -47,9 +47,8 @@ from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
 from services.adapters.session_read import (
     READ_ATTEMPT_S,
-    last_session_seq,
-    leader_last_session_seq,
     read_session,
+    trusted_last_session_seq,
 )
 from services.adapters.settings import Settings
 from services.adapters.telemetry import GatewayMetrics, inject_traceparent
@@ -235,6 +234,7 @@ class NatsCommandPorts:
         self._metrics = metrics
         self._caller_check = caller_check
         self.cache = SessionCache(settings.cache_sessions, settings.gateway_cache_bytes)
+        self._last_seq = trusted_last_session_seq(settings.replicas)
         self.core = settings.core
         self.conflict_retries = settings.conflict_retries
 
@@ -273,10 +273,9 @@ class NatsCommandPorts:
         served by a replica still catching up, the very read this check must not trust);
         one attempt (`READ_ATTEMPT_S`): the command path tries again."""
         attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
-        last_seq = leader_last_session_seq if self._settings.replicas > 1 else last_session_seq
         try:
             return await asyncio.wait_for(
-                last_seq(self._nc, self._settings.stream, session_id, attempt_s), attempt_s
+                self._last_seq(self._nc, self._settings.stream, session_id, attempt_s), attempt_s
             )
         except (TimeoutError, NatsError, JetStreamApiError) as exc:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
