@@ -43,7 +43,13 @@ def event_subject(kind: str, session_id: str) -> str:
 
 def session_subject_filter(session_id: str) -> str:
     """Every event of one session: `transcript.reminder.*.<session_token>`."""
-    return f"{EVENT_PREFIX}.*.{session_token(session_id)}"
+    return token_subject_filter(session_token(session_id))
+
+
+def token_subject_filter(token: str) -> str:
+    """Every event of the session whose subject token is `token` (the last token of its
+    events' subjects, as a worker reads it)."""
+    return f"{EVENT_PREFIX}.*.{token}"
 
 
 def event_subject_template() -> str:

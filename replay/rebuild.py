@@ -28,7 +28,7 @@ from nats.aio.client import Client
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.stored import StoredEvent
-from contracts.subjects import EVENT_PREFIX, session_token
+from contracts.subjects import session_token, token_subject_filter
 from core.projection import Record, project_all
 from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore
 from replay.scope import AuditScope
@@ -72,8 +72,9 @@ async def session_rows(
     if session_id is not None and session_token(session_id) == token:
         messages, _ = await session_messages(nc, stream, session_id, batch=2048)
     else:
-        subject_filter = f"{EVENT_PREFIX}.*.{token}"
-        messages = [raw async for raw in iterate_direct(nc, stream, subject_filter, batch=2048)]
+        messages = [
+            raw async for raw in iterate_direct(nc, stream, token_subject_filter(token), batch=2048)
+        ]
     return [stored_row(raw) for raw in messages if raw.stream_seq <= through_seq]
 
 

@@ -7,7 +7,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from contracts.subjects import EVENT_PREFIX
+from contracts.subjects import token_subject_filter
 from services.adapters.deadletter import send_to_dlq
 from services.adapters.session_read import leader_first_after
 from services.projector.apply import Delivery
@@ -45,7 +45,7 @@ class LeaderSessionLog:
     async def first_after(self, token: str, after_seq: int) -> int | None:
         """The stream seq of the session's first event after `after_seq` (None: none)."""
         return await leader_first_after(
-            self._nc, self._stream, f"{EVENT_PREFIX}.*.{token}", after_seq
+            self._nc, self._stream, token_subject_filter(token), after_seq
         )
 
 
