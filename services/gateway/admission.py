@@ -61,14 +61,13 @@ class Admission:
     def _adjust(self, now: float) -> None:
         if now - self.window_start < WINDOW_S:
             return
-        if self.shed and self.served and self.target_s > 0:
-            mean = self.latency_sum / self.served
-            if mean > self.target_s:
-                # Towards what holds the target, at most halving at once: one slow window
-                # (a garbage collection, a leader election) must not empty the gateway.
-                self.limit = max(FLOOR, self.limit // 2, int(self.limit * self.target_s / mean))
-            else:
-                self.limit = min(self.cap, self.limit + max(1, self.limit // 8))
-        elif not self.shed:
+        # The latency is judged only in a window that shed and answered something.
+        judged = self.shed and self.served and self.target_s > 0
+        mean = self.latency_sum / self.served if judged else 0.0
+        if judged and mean > self.target_s:
+            # Towards what holds the target, at most halving at once: one slow window
+            # (a garbage collection, a leader election) must not empty the gateway.
+            self.limit = max(FLOOR, self.limit // 2, int(self.limit * self.target_s / mean))
+        elif judged or not self.shed:
             self.limit = min(self.cap, self.limit + max(1, self.limit // 8))
         self.window_start, self.latency_sum, self.served, self.shed = now, 0.0, 0, 0

@@ -7,8 +7,9 @@ exported at all. Past the bound a command is shed:
 answered `unavailable` with `retry_after_ms` at once, never queued, so under overload the
 admitted commands keep their latency and no queue grows without bound (a blocked callback
 would leave messages piling up in the client's pending buffer, each older than its caller's
-deadline by the time it is served). While it sheds, the bound is lowered so that the
-admitted commands keep to a target latency (`services/gateway/admission.py`).
+deadline by the time it is served). With `REMINDERS_SHED_LATENCY_MS` set, the bound is also
+lowered while it sheds, so that the admitted commands keep to that latency
+(`services/gateway/admission.py`).
 The gateway runs in the shared worker runtime like every other worker (`services/runtime.py`);
 its subjects are declared in the AsyncAPI document (`reminders asyncapi`), generated from the
 contracts, not from this code.
