@@ -45,6 +45,7 @@ from services.adapters import stages
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
+from services.adapters.lru import SizedLru
 from services.adapters.session_read import (
     READ_ATTEMPT_S,
     read_session,
@@ -117,24 +118,20 @@ class SessionCache:
     def __init__(self, capacity: int, capacity_bytes: int = 32 * 1024 * 1024) -> None:
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
-        self._entries: OrderedDict[str, _Slot] = OrderedDict()
-        self._bytes = 0
+        self._slots: SizedLru[_Slot] = SizedLru(capacity_bytes, capacity)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._slots)
 
     @property
     def cached_bytes(self) -> int:
         """What the cached sessions count against the byte bound."""
-        return self._bytes
+        return self._slots.bytes
 
     def get(self, session_id: str) -> CachedSession | None:
         """The cached entry, freshened in LRU order."""
-        slot = self._entries.get(session_id)
-        if slot is None:
-            return None
-        self._entries.move_to_end(session_id)
-        return slot.entry
+        slot = self._slots.get(session_id)
+        return None if slot is None else slot.entry
 
     def put(self, session_id: str, entry: CachedSession, folded_events: int | None = None) -> None:
         """Remember an entry, evicting the least recently used beyond either bound.
@@ -143,30 +140,17 @@ class SessionCache:
         size then follows from the old one's); None measures the state."""
         if self._capacity == 0 or self._capacity_bytes == 0:
             return
-        old = self._entries.pop(session_id, None)
-        if old is not None:
-            self._bytes -= old.size
-        if old is None or folded_events is None:
-            slot = _Slot(entry, encoded_bytes(entry.state))
-        else:
+        old = self._slots.pop(session_id)
+        if old is not None and folded_events is not None:
             unmeasured = old.unmeasured_events + folded_events
-            if unmeasured * REMEASURE_BYTES_PER_EVENT > old.measured:
-                slot = _Slot(entry, encoded_bytes(entry.state))
-            else:
-                slot = _Slot(entry, old.measured, unmeasured)
-        self._entries[session_id] = slot
-        self._bytes += slot.size
-        while self._entries and (
-            len(self._entries) > self._capacity or self._bytes > self._capacity_bytes
-        ):
-            _, evicted = self._entries.popitem(last=False)
-            self._bytes -= evicted.size
+            if unmeasured * REMEASURE_BYTES_PER_EVENT <= old.measured:
+                self._slots.put(session_id, _Slot(entry, old.measured, unmeasured))
+                return
+        self._slots.put(session_id, _Slot(entry, encoded_bytes(entry.state)))
 
     def drop(self, session_id: str) -> None:
         """Forget a session (after a conflict)."""
-        slot = self._entries.pop(session_id, None)
-        if slot is not None:
-            self._bytes -= slot.size
+        self._slots.pop(session_id)
 
 
 class RateLimiter:

@@ -41,6 +41,7 @@ from contracts.stored import StoredEvent, Unreadable, read_stored
 from contracts.subjects import last_token
 from core.projection import Record, Verdict, project_all
 from services.adapters import stages
+from services.adapters.lru import SizedLru
 from services.adapters.records import StaleRevision, decode_record, encode_state
 
 __all__ = ["Delivery", "Projector", "StaleRevision", "Verdict", "token_of"]
@@ -131,9 +132,7 @@ class Projector:
         self._dead_letters = dead_letters
         self._gap_delay_s = gap_delay_s
         self._max_gap_redeliveries = max_gap_redeliveries
-        self._cache: OrderedDict[str, Slot] = OrderedDict()
-        self._cache_bytes = cache_bytes
-        self._cached_bytes = 0
+        self._cache: SizedLru[Slot] = SizedLru(cache_bytes)
         self._cas_retries = cas_retries
         self._concurrency = max(1, concurrency)
         self.last_apply_latency_s = 0.0
@@ -164,18 +163,11 @@ class Projector:
     @property
     def cached_bytes(self) -> int:
         """Bytes the cached records count against the budget (encoded value sizes)."""
-        return self._cached_bytes
+        return self._cache.bytes
 
     def _remember(self, token: str, slot: Slot) -> None:
         """Cache `slot` as the newest, then evict the oldest while over the byte budget."""
-        old = self._cache.pop(token, None)
-        if old is not None:
-            self._cached_bytes -= old.size
-        self._cache[token] = slot
-        self._cached_bytes += slot.size
-        while self._cached_bytes > self._cache_bytes and self._cache:
-            _, evicted = self._cache.popitem(last=False)
-            self._cached_bytes -= evicted.size
+        self._cache.put(token, slot)
 
     async def _slot(self, token: str, fresh: bool = False) -> Slot:
         slot = None if fresh else self._cache.get(token)
