@@ -80,9 +80,10 @@ class CommandPorts(Protocol):
         """The session as last known: cached, or folded from the log; `LogUnavailable`."""
 
     async def read(
-        self, session_id: str, timeout_s: float
+        self, session_id: str, timeout_s: float, events_after: int | None
     ) -> tuple[CachedSession, list[tuple[Event, int]]]:
-        """The session freshly folded from the log, with its events; `LogUnavailable`."""
+        """The session freshly folded from the log, with its events stored after stream seq
+        `events_after` (none for None: only the state is wanted); `LogUnavailable`."""
 
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         """Append atomically; the stream seqs, or one of the `Commit*` exceptions."""
@@ -186,7 +187,7 @@ async def _attempt(
     if unsure_after is None:
         entry = await ports.load(command.session_id, deadline.left())
     else:
-        entry, events = await ports.read(command.session_id, deadline.left())
+        entry, events = await ports.read(command.session_id, deadline.left(), unsure_after)
         stored = _stored_reply(command, context.command_id, events, unsure_after)
         if stored is not None:
             return stored

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -48,7 +48,8 @@ from services.adapters.jetstream import JetStreamApiError
 from services.adapters.lru import SizedLru
 from services.adapters.session_read import (
     READ_ATTEMPT_S,
-    read_session,
+    RawStored,
+    session_messages,
     trusted_last_session_seq,
 )
 from services.adapters.settings import Settings
@@ -248,7 +249,7 @@ class NatsCommandPorts:
                 profile.add("session_cached", since)
                 profile.count("cache_hits")
             return cached
-        entry, _ = await self.read(session_id, timeout_s)
+        entry, _ = await self.read(session_id, timeout_s, None)
         return entry
 
     async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
@@ -265,14 +266,15 @@ class NatsCommandPorts:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
     async def read(
-        self, session_id: str, timeout_s: float
+        self, session_id: str, timeout_s: float, events_after: int | None
     ) -> tuple[CachedSession, list[tuple[Event, int]]]:
-        """Fold the session from its events in the log (and cache it); each direct get is
-        one attempt (`READ_ATTEMPT_S`), after which the command path tries again."""
+        """Fold the session from its events in the log (and cache it), with the events stored
+        after stream seq `events_after` (none for None); each direct get is one attempt
+        (`READ_ATTEMPT_S`), after which the command path tries again."""
         attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
         try:
-            stored = await asyncio.wait_for(
-                read_session(self._nc, self._settings.stream, session_id, timeout_s=attempt_s),
+            messages, _ = await asyncio.wait_for(
+                session_messages(self._nc, self._settings.stream, session_id, timeout_s=attempt_s),
                 # The whole read (a long session takes several batches) within the deadline.
                 timeout_s,
             )
@@ -280,16 +282,17 @@ class NatsCommandPorts:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
-        events = [(decode(item.envelope), item.stream_seq) for item in stored]
+        last = messages[-1].stream_seq if messages else 0
+        kept: list[tuple[Event, int]] = []
         entry = CachedSession(
-            fold_all(SessionState(), events), stored[-1].stream_seq if stored else 0
+            fold_all(SessionState(), _decoded(messages, events_after, kept)), last
         )
         self.cache.put(session_id, entry)
         if profile is not None:
             # The read's messages and its wait are not in it: only decoding and folding.
             profile.add("session_read", since)
             profile.count("session_reads")
-        return entry, events
+        return entry, kept
 
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         """Group-commit the append, carrying the command's trace context."""
@@ -317,6 +320,22 @@ class NatsCommandPorts:
         self.cache.drop(session_id)
         if conflict and self._metrics is not None:
             self._metrics.conflicts.add(1)
+
+
+def _decoded(
+    messages: list[RawStored], events_after: int | None, kept: list[tuple[Event, int]]
+) -> Iterator[tuple[Event, int]]:
+    """Each stored message decoded, in order, for one fold; `kept` gets those after
+    `events_after`. A long session is folded one event at a time, each message and event
+    let go once folded: its decoded history all at once is many times its stored bytes,
+    which a gateway would otherwise hold whenever it reads a session it has not cached."""
+    messages.reverse()
+    while messages:
+        raw = messages.pop()
+        event = decode(raw.data)
+        if events_after is not None and raw.stream_seq > events_after:
+            kept.append((event, raw.stream_seq))
+        yield event, raw.stream_seq
 
 
 class CommandService:

@@ -66,11 +66,11 @@ class FakePorts:
     async def load(self, session_id: str, timeout_s: float) -> CachedSession:
         if self.cached is not None:
             return self.cached
-        entry, _ = await self.read(session_id, timeout_s)
+        entry, _ = await self.read(session_id, timeout_s, None)
         return entry
 
     async def read(
-        self, session_id: str, timeout_s: float
+        self, session_id: str, timeout_s: float, events_after: int | None
     ) -> tuple[CachedSession, list[tuple[Event, int]]]:
         assert timeout_s > 0
         if self.reads_fail:
@@ -85,7 +85,8 @@ class FakePorts:
             if event.session_id == session_id and seq <= through
         ]
         last = events[-1][1] if events else 0
-        return CachedSession(fold_all(SessionState(), events), last), events
+        kept = [] if events_after is None else [item for item in events if item[1] > events_after]
+        return CachedSession(fold_all(SessionState(), events), last), kept
 
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         self.commits += 1

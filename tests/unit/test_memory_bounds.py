@@ -1,18 +1,24 @@
 """What a long-running service holds stays bounded (issue #23, the soak): the fold's table of
 remembered replies' sizes holds no row every state has dropped, and the gateway's session
-cache is bounded in bytes of encoded state as well as in sessions."""
+cache is bounded in bytes of encoded state as well as in sessions, and its read of a session it
+has not cached holds one decoded event at a time, not the whole history."""
 
 from __future__ import annotations
 
 import gc
 import importlib
+import tracemalloc
 
+from bench.traffic import decide_session
 from contracts.state import RecentReply, SessionState
+from core import fold_all
+from services.adapters.session_read import RawStored
 from services.gateway.command import CachedSession
 from services.gateway.service import (
     EVENT_ALLOWANCE_BYTES,
     REMEASURE_BYTES_PER_EVENT,
     SessionCache,
+    _decoded,
     encoded_bytes,
 )
 
@@ -96,3 +102,40 @@ def test_a_zero_bound_caches_nothing() -> None:
     for cache in (SessionCache(0, 1 << 20), SessionCache(10, 0)):
         cache.put("a", CachedSession(_state("a", 1), 1))
         assert cache.get("a") is None and cache.cached_bytes == 0
+
+
+def _stored_session(commands: int) -> list[RawStored]:
+    events = [e for batch in decide_session("s-long", list(range(commands))) for e in batch]
+    return [
+        RawStored(event.model_dump_json(by_alias=True).encode(), seq, f"x.{seq}", 0)
+        for seq, event in enumerate(events, start=1)
+    ]
+
+
+def test_a_session_read_folds_one_event_at_a_time_and_keeps_only_those_asked_for() -> None:
+    messages = _stored_session(600)
+    stored_bytes = sum(len(raw.data) for raw in messages)
+    count = len(messages)
+    kept: list = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        state = fold_all(SessionState(), _decoded(messages, count - 3, kept))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Every message let go once folded; the last three events kept, with their seqs.
+    assert messages == []
+    assert [seq for _, seq in kept] == [count - 2, count - 1, count]
+    assert state.session_id == "s-long"
+    # Decoded all at once, the history is several times its stored bytes; one at a time, the
+    # peak is the state and a few events.
+    assert peak - base < stored_bytes
+
+
+def test_a_session_read_for_its_state_alone_keeps_no_event() -> None:
+    kept: list = []
+    fold_all(SessionState(), _decoded(_stored_session(20), None, kept))
+    assert kept == []
