@@ -8,7 +8,8 @@ whatever sequence of accepted commands led there. Two things guarantee it:
   render's `user_text`; and, in the fold, `FULL_ENVELOPE_TEXT_BYTES` of delivered text kept
   in full and `RECENT_REPLIES_BYTES` of remembered replies), and `worst_case` computes from
   them how large an event, a reply and a state can get; `check_fits` refuses, at start-up, a
-  combination whose worst case exceeds `max_payload`;
+  combination whose worst case exceeds `max_payload` less `HEADER_ALLOWANCE_BYTES` (the
+  server counts a message's headers toward `max_payload`);
 - `decide` measures what it is about to emit (each event, the reply, the state after the
   command) and answers `too_large` instead of emitting anything that would not fit: that
   covers what only a long history grows (the ids in `seen_ids`, `revoked_ids`,
@@ -35,6 +36,15 @@ from contracts.errors import ErrorCode, ReminderError
 from contracts.spec import MAX_WIRE_INT, ResolvedSpec
 from contracts.state import FULL_ENVELOPE_TEXT_BYTES, RECENT_REPLIES_BYTES, RECENT_REPLIES_KEPT
 from core.config import CoreConfig
+
+#: What a message's headers may take of the server's `max_payload`, which counts headers
+#: and body together: an event's atomic-batch, expectation and message-id headers, a
+#: state's compare-and-set header, and the trace context carried on (which the services cut
+#: to `TRACE_HEADERS_MAX_BYTES`, a caller's `baggage` and `tracestate` being theirs to size).
+HEADER_ALLOWANCE_BYTES = 8192
+#: The most trace-context headers (`traceparent`, `tracestate`, `baggage`) a service
+#: carries onto what it publishes; past it only `traceparent` is carried.
+TRACE_HEADERS_MAX_BYTES = 4096
 
 #: Stored bytes per character at most: a control character is escaped as `\\u00XX`.
 ESCAPED_CHAR_BYTES = 6
@@ -219,19 +229,21 @@ def fits(what: str, size: int, limit: int) -> None:
 
 def check_fits(config: CoreConfig, max_payload: int) -> str | None:
     """Why `config` could break the size invariant on a server with `max_payload`, in one
-    line; None when it cannot (SPEC §4.1.1)."""
+    line; None when it cannot (SPEC §4.1.1). The worst cases must leave
+    `HEADER_ALLOWANCE_BYTES` of the server's `max_payload` to the headers."""
     if config.max_payload_bytes > max_payload:
         return (
             f"max_payload_bytes {config.max_payload_bytes} exceeds the server's "
             f"max_payload {max_payload}"
         )
     worst = worst_case(config)
-    limit = config.max_payload_bytes
+    limit = min(config.max_payload_bytes, max_payload - HEADER_ALLOWANCE_BYTES)
     for name, size in (("event", worst.event), ("reply", worst.reply), ("state", worst.state)):
         if size > limit:
             return (
                 f"size bounds could break the invariant: a worst-case {name} is {size} bytes, "
-                f"max_payload is {limit} (lower REMINDERS_MAX_SESSION_BYTES, "
+                f"a body may take {limit} (max_payload_bytes, and the server's max_payload "
+                f"less {HEADER_ALLOWANCE_BYTES} for headers) (lower REMINDERS_MAX_SESSION_BYTES, "
                 f"REMINDERS_MAX_ENVELOPE_BYTES, REMINDERS_MAX_USER_TEXT_BYTES or "
                 f"REMINDERS_MAX_LIVE)"
             )

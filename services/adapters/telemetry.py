@@ -26,6 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 from prometheus_client import REGISTRY, generate_latest
 
 from core.projection import Verdict
+from core.size import TRACE_HEADERS_MAX_BYTES
 from services.adapters.settings import Settings
 
 _PROVIDER: MeterProvider | None = None
@@ -73,12 +74,17 @@ def tracing_enabled() -> bool:
 
 
 def inject_traceparent() -> dict[str, str]:
-    """W3C trace headers of the current span, to carry on published messages."""
+    """W3C trace headers of the current span, to carry on published messages; only
+    `traceparent` when they would take more than `TRACE_HEADERS_MAX_BYTES` (a caller's
+    `baggage` and `tracestate` are carried on as sent, and the server counts headers toward
+    `max_payload`: the size invariant leaves them `HEADER_ALLOWANCE_BYTES`)."""
     # Most commands run outside any trace: skip the propagator's work when there is none.
     if not trace.get_current_span().get_span_context().is_valid:
         return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
+    if sum(len(k) + len(v.encode()) + 4 for k, v in carrier.items()) > TRACE_HEADERS_MAX_BYTES:
+        return {key: carrier[key] for key in ("traceparent",) if key in carrier}
     return carrier
 
 

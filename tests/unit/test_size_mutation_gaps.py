@@ -12,6 +12,7 @@ from contracts.errors import ErrorCode, ReminderError
 from contracts.spec import ResolvedSpec, parse_reminder
 from core.config import CoreConfig
 from core.size import (
+    HEADER_ALLOWANCE_BYTES,
     SPEC_SKELETON_BYTES,
     WorstCase,
     check_fits,
@@ -105,9 +106,10 @@ def test_check_fits_names_the_first_part_that_would_not_fit(
         max_live=2,
         max_payload_bytes=limit,
     )
-    assert check_fits(config, limit) == (
+    assert check_fits(config, limit + HEADER_ALLOWANCE_BYTES) == (
         f"size bounds could break the invariant: a worst-case {part} is {size} bytes, "
-        f"max_payload is {limit} (lower REMINDERS_MAX_SESSION_BYTES, "
+        f"a body may take {limit} (max_payload_bytes, and the server's max_payload "
+        f"less {HEADER_ALLOWANCE_BYTES} for headers) (lower REMINDERS_MAX_SESSION_BYTES, "
         "REMINDERS_MAX_ENVELOPE_BYTES, REMINDERS_MAX_USER_TEXT_BYTES or REMINDERS_MAX_LIVE)"
     )
 
@@ -126,14 +128,27 @@ def test_spec_bytes_adds_the_stored_size_of_each_string_to_the_skeleton() -> Non
 
 def test_check_fits_accepts_a_worst_case_equal_to_the_limit_and_names_the_event() -> None:
     largest = worst_case(CoreConfig()).largest()
-    assert check_fits(CoreConfig(max_payload_bytes=largest), largest) is None
-    assert check_fits(CoreConfig(max_payload_bytes=largest - 1), largest - 1) is not None
+    server = largest + HEADER_ALLOWANCE_BYTES
+    assert check_fits(CoreConfig(max_payload_bytes=largest), server) is None
+    assert check_fits(CoreConfig(max_payload_bytes=largest - 1), server) is not None
     limit = 798_777  # one byte below the default worst-case event
-    problem = check_fits(CoreConfig(max_payload_bytes=limit), limit)
+    problem = check_fits(CoreConfig(max_payload_bytes=limit), limit + HEADER_ALLOWANCE_BYTES)
     assert problem is not None and problem.startswith(
         f"size bounds could break the invariant: a worst-case event is 798778 bytes, "
-        f"max_payload is {limit} "
+        f"a body may take {limit} "
     )
+
+
+def test_the_worst_case_leaves_the_server_room_for_headers() -> None:
+    # NATS counts headers toward max_payload: a worst case that fills the server's limit
+    # exactly would fail at publish once its headers are added.
+    largest = worst_case(CoreConfig()).largest()
+    config = CoreConfig(max_payload_bytes=largest)
+    assert check_fits(config, largest + HEADER_ALLOWANCE_BYTES) is None
+    problem = check_fits(config, largest + HEADER_ALLOWANCE_BYTES - 1)
+    assert problem is not None
+    assert f"a body may take {largest - 1} " in problem
+    assert f"less {HEADER_ALLOWANCE_BYTES} for headers" in problem
 
 
 def test_a_configuration_dominated_by_its_session_budget_has_the_inject_events_worst_case() -> None:
