@@ -161,6 +161,7 @@ def run(
                     **{key: result[key] for key in keys},
                     "replay_alone_ms": result["replay_alone_ms"],
                     "replay_locality_ratio": result["replay_locality_ratio"],
+                    "replay_locality_ratios": result["replay_locality_ratios"],
                 }
             if "rebuild" in selected and "rebuild_events_per_s" in result:
                 out["rebuild"] = {

@@ -158,6 +158,10 @@ async def verify(url: str) -> tuple[int, int]:
     return checked, len(mismatches)
 
 
+#: Rounds of the replay-locality measurement; the worst is reported.
+LOCALITY_ROUNDS = 3
+
+
 async def replay_ms(url: str, session_id: str, repeats: int = 5) -> tuple[float, int]:
     """Best of `repeats`: milliseconds to read one session by its subject filter and replay it
     (what `reminders replay` does), and how many events it has."""
@@ -238,12 +242,20 @@ def big_stream(
         result["append_s"] = round(time.perf_counter() - started, 1)
         result["stream_messages"] = total
         if locality:
-            inside, events = asyncio.run(replay_ms(server.url, LONG_SESSION))
-            alone = replay_alone_ms(traffic)
+            # Rounds, each the read inside the stream then alone, best of its repeats: the
+            # ratio moves between rounds (the server still writing its blocks out just after
+            # the append), so the worst round is the figure.
+            rounds: list[tuple[float, float, float]] = []
+            for _ in range(LOCALITY_ROUNDS):
+                inside, events = asyncio.run(replay_ms(server.url, LONG_SESSION))
+                alone = replay_alone_ms(traffic)
+                rounds.append((round(inside / alone, 2), inside, alone))
+            ratio, inside, alone = max(rounds)
             result["long_session_events"] = events
             result["replay_in_stream_ms"] = inside
             result["replay_alone_ms"] = alone
-            result["replay_locality_ratio"] = round(inside / alone, 2)
+            result["replay_locality_ratio"] = ratio
+            result["replay_locality_ratios"] = [each[0] for each in rounds]
             partial(result)
         if catch_up:
             result["raw_fetch_ack_msgs_per_s"] = asyncio.run(fetch_and_ack(server.url, total))

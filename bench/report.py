@@ -23,6 +23,9 @@ class Figure:
     op: str
     baseline: str | None = None
     baseline_what: str = ""
+    #: The scenario the baseline is read from, when not the figure's own (the gateway with
+    #: every service is set against the gateway alone, measured minutes before it).
+    baseline_scenario: str | None = None
 
     def target_text(self) -> str:
         """The target as the results table writes it."""
@@ -39,7 +42,7 @@ FIGURES: tuple[Figure, ...] = (
         "commands/s, sessions in parallel, gateway alone",
         "commands/s",
         "commands_per_s",
-        0.5,
+        0.25,
         "ratio",
         ">=",
         "occ_plain_publish_per_s",
@@ -63,11 +66,12 @@ FIGURES: tuple[Figure, ...] = (
         "same, with every service running (projector caught up ≤ 1 s after the last reply)",
         "commands/s",
         "commands_per_s",
-        0.25,
+        0.6,
         "ratio",
         ">=",
-        "occ_plain_publish_per_s",
-        "OCC plain publish, msgs/s",
+        "commands_per_s",
+        "the gateway alone, commands/s",
+        baseline_scenario="write_gateway",
     ),
     Figure(
         "sequential_inject_p50",
@@ -109,7 +113,7 @@ FIGURES: tuple[Figure, ...] = (
         "projector catch-up, 100k sessions, interleaved",
         "events/s",
         "projector_events_per_s",
-        0.8,
+        0.6,
         "ratio",
         ">=",
         "raw_fetch_ack_msgs_per_s",
@@ -150,7 +154,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "replay_locality",
         "replay_locality",
-        "replay of the long session inside the 100k-session stream vs alone",
+        "replay of the long session inside the 100k-session stream vs alone, worst of 3 rounds",
         "ms",
         "replay_in_stream_ms",
         1.2,
@@ -182,16 +186,14 @@ FIGURES: tuple[Figure, ...] = (
         "replay of every session, sessions/s",
     ),
     Figure(
-        "providers_rate",
+        "providers_cpu",
         "providers",
-        "providers: runtime events/s to provider_evaluated stored",
-        "events/s",
-        "runtime_events_per_s",
-        0.8,
-        "ratio",
-        ">=",
-        "gateway_evaluate_commands_per_s",
-        "gateway `evaluate` commands/s",
+        "providers: CPU of the providers process per runtime event",
+        "ms",
+        "cpu_ms_per_runtime_event.providers",
+        0.25,
+        "value",
+        "<=",
     ),
     Figure(
         "rebuild",
@@ -234,16 +236,27 @@ def extra_condition(figure: Figure, result: dict[str, Any]) -> bool:
     return True
 
 
+def _lookup(result: dict[str, Any], path: str) -> Any:
+    """The value at a dotted `path` of a scenario's result (None when it is not there)."""
+    value: Any = result
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
 def figures(scenarios: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Every figure whose scenario ran: value, baseline, ratio, target and whether it is met."""
     out: dict[str, dict[str, Any]] = {}
     for figure in FIGURES:
         result = scenarios.get(figure.scenario)
         # A scenario stopped part way reports the parts it finished.
-        if result is None or figure.value not in result:
+        if result is None or _lookup(result, figure.value) is None:
             continue
-        value = float(result[figure.value])
-        baseline = float(result[figure.baseline]) if figure.baseline else None
+        value = float(_lookup(result, figure.value))
+        source = scenarios.get(figure.baseline_scenario or figure.scenario) or {}
+        baseline = float(source.get(figure.baseline, 0.0)) if figure.baseline else None
         ratio = round(value / baseline, 2) if baseline else None
         out[figure.key] = {
             "what": figure.what,
