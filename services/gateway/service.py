@@ -338,6 +338,10 @@ def _decoded(
         yield event, raw.stream_seq
 
 
+#: The window of the active-sessions gauge (seconds).
+ACTIVE_WINDOW_S = 300.0
+
+
 class CommandService:
     """Turns one request into a reply: queries, `forget`, and commands (`run_command`)."""
 
@@ -368,12 +372,21 @@ class CommandService:
         # Tenants (SPEC §10.1): scope and bound each command by its caller's tenant.
         self._tenancy = Tenancy(settings.tenants(), settings.core.max_body_bytes)
 
-    def active_sessions(self, window_s: float = 300.0) -> int:
+    def active_sessions(self, window_s: float = ACTIVE_WINDOW_S) -> int:
         """Sessions that sent a command within the window (the gauge of SPEC §10)."""
-        horizon = time.monotonic() - window_s
+        self._forget_inactive(time.monotonic() - window_s)
+        return len(self._last_seen)
+
+    def _seen(self, session_id: str, now: float) -> None:
+        """Note a session's command; forget those quiet for longer than the gauge's window
+        here too, since nothing else trims them while no one reads the gauge."""
+        self._last_seen[session_id] = now
+        self._last_seen.move_to_end(session_id)
+        self._forget_inactive(now - ACTIVE_WINDOW_S)
+
+    def _forget_inactive(self, horizon: float) -> None:
         while self._last_seen and next(iter(self._last_seen.values())) < horizon:
             self._last_seen.popitem(last=False)
-        return len(self._last_seen)
 
     async def handle_rpc(self, data: bytes, tenant: str = DEFAULT_TENANT) -> dict[str, Any] | None:
         """One JSON-RPC message (SPEC §8) of a caller of `tenant`; None for a notification."""
@@ -480,8 +493,7 @@ class CommandService:
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
         now = time.monotonic()
-        self._last_seen[command.session_id] = now
-        self._last_seen.move_to_end(command.session_id)
+        self._seen(command.session_id, now)
         wait_ms = self._rate.retry_after_ms(command.session_id, now)
         if wait_ms:
             return error_reply(

@@ -1,22 +1,27 @@
 """What a long-running service holds stays bounded (issue #23, the soak): the fold's table of
 remembered replies' sizes holds no row every state has dropped, and the gateway's session
 cache is bounded in bytes of encoded state as well as in sessions, and its read of a session it
-has not cached holds one decoded event at a time, not the whole history."""
+has not cached holds one decoded event at a time, not the whole history; its active-sessions
+gauge forgets quiet sessions whether or not anyone reads it."""
 
 from __future__ import annotations
 
 import gc
 import importlib
 import tracemalloc
+from typing import Any, cast
 
 from bench.traffic import decide_session
 from contracts.state import RecentReply, SessionState
 from core import fold_all
 from services.adapters.session_read import RawStored
+from services.adapters.settings import Settings
 from services.gateway.command import CachedSession
 from services.gateway.service import (
+    ACTIVE_WINDOW_S,
     EVENT_ALLOWANCE_BYTES,
     REMEASURE_BYTES_PER_EVENT,
+    CommandService,
     SessionCache,
     _decoded,
     encoded_bytes,
@@ -139,3 +144,14 @@ def test_a_session_read_for_its_state_alone_keeps_no_event() -> None:
     kept: list = []
     fold_all(SessionState(), _decoded(_stored_session(20), None, kept))
     assert kept == []
+
+
+def test_the_active_sessions_gauge_forgets_quiet_sessions_even_unread() -> None:
+    service = CommandService(cast(Any, None), Settings.from_env({}), cast(Any, None))
+    for n in range(1000):
+        service._seen(f"s{n}", float(n))
+    # Nobody read the gauge: still only the sessions of the last window are held.
+    assert len(service._last_seen) == int(ACTIVE_WINDOW_S) + 1
+    assert next(iter(service._last_seen)) == f"s{999 - int(ACTIVE_WINDOW_S)}"
+    service._seen("s0", 1000.0)  # a session seen again moves to the newest end
+    assert list(service._last_seen)[-1] == "s0"
