@@ -6,10 +6,8 @@ Folding works on a mutable scratch copy and freezes once, so folding a batch cos
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from functools import partial
 from typing import Any, TypeVar, get_origin
 
 from pydantic import BaseModel
@@ -34,7 +32,7 @@ from contracts.state import (
 )
 from core.canonical import sha256_hex
 from core.rules import remembered_reply, ttl_pass_due
-from core.size import json_bytes, stored_bytes
+from core.size import MeasuredOnce, json_bytes, stored_bytes
 
 #: `SessionState`'s fields in order; `Scratch` has exactly these (checked at import).
 STATE_FIELDS: tuple[str, ...] = tuple(SessionState.model_fields)
@@ -222,7 +220,7 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
     for index in reversed(full):
         row = s.delivered[index]
         assert isinstance(row, DeliveredEnvelope)
-        text_bytes += stored_bytes(row.text)
+        text_bytes += _TEXT_BYTES(row)
         if kept and (kept >= FULL_ENVELOPES_KEPT or text_bytes > FULL_ENVELOPE_TEXT_BYTES):
             break
         kept += 1
@@ -378,28 +376,14 @@ def apply_event(scratch: Scratch, event: ev.Event, stream_seq: int | None = None
 
 
 #: Stored size of each remembered reply row, by identity (rows are frozen and shared between
-#: states). Only a weak reference is held: an entry goes when its row does, so the table never
-#: keeps alive rows that every state has evicted (a strong table did, up to 65,536 rows).
-_ROW_BYTES: dict[int, tuple[weakref.ref[RecentReply], int]] = {}
-
-
-def _forget_row(key: int, ref: weakref.ref[RecentReply]) -> None:
-    """The row behind `ref` is gone: drop its entry (unless its id was reused since)."""
-    cached = _ROW_BYTES.get(key)
-    if cached is not None and cached[0] is ref:
-        del _ROW_BYTES[key]
-
-
-def _row_bytes(row: RecentReply) -> int:
-    key = id(row)
-    cached = _ROW_BYTES.get(key)
-    # An entry outlives no row (its callback runs before the row's memory can be reused),
-    # so an entry under a live row's id is that row's.
-    if cached is not None:
-        return cached[1]
-    size = json_bytes({"request_id": row.request_id, "reply": row.reply})
-    _ROW_BYTES[key] = (weakref.ref(row, partial(_forget_row, key)), size)
-    return size
+#: states), held only while the row lives.
+_ROW_BYTES: MeasuredOnce[RecentReply] = MeasuredOnce(
+    lambda row: json_bytes({"request_id": row.request_id, "reply": row.reply})
+)
+#: Stored size of each delivered envelope's text, by row, held only while the row lives: every
+#: `delivered` re-measures the kept envelopes, and a table keyed by the texts themselves
+#: would keep them alive after every state let them go.
+_TEXT_BYTES: MeasuredOnce[DeliveredEnvelope] = MeasuredOnce(lambda row: stored_bytes(row.text))
 
 
 def _evict_replies(rows: list[RecentReply]) -> None:
@@ -407,7 +391,7 @@ def _evict_replies(rows: list[RecentReply]) -> None:
     del rows[:-RECENT_REPLIES_KEPT]
     total, keep = 0, 0
     for row in reversed(rows):
-        total += _row_bytes(row)
+        total += _ROW_BYTES(row)
         if total > RECENT_REPLIES_BYTES:
             break
         keep += 1

@@ -28,9 +28,11 @@ so the worst case holds for any text.
 from __future__ import annotations
 
 import json
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from functools import lru_cache, partial
+from typing import Any, Generic, TypeVar
 
 from contracts.errors import ErrorCode, ReminderError
 from contracts.spec import MAX_WIRE_INT, ResolvedSpec
@@ -52,10 +54,59 @@ ESCAPED_CHAR_BYTES = 6
 ID_CHAR_BYTES = 4
 
 
-@lru_cache(maxsize=8192)
+#: Texts up to this many characters have their stored size remembered (`stored_bytes`);
+#: longer ones (bodies, envelope texts) are measured once per object that holds them
+#: (`MeasuredOnce`), so no table keeps a long text alive after every state let it go.
+MEMO_TEXT_CHARS = 256
+
+
 def stored_bytes(text: str) -> int:
     """UTF-8 length of `text` as a JSON string, without its quotes."""
+    if len(text) <= MEMO_TEXT_CHARS:
+        return _short_stored_bytes(text)
+    return _measure_text(text)
+
+
+@lru_cache(maxsize=8192)
+def _short_stored_bytes(text: str) -> int:
+    return _measure_text(text)
+
+
+def _measure_text(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2
+
+
+Measured = TypeVar("Measured")
+
+
+class MeasuredOnce(Generic[Measured]):
+    """A size of frozen objects shared between states (specs, delivered rows, remembered
+    replies), measured once per object and remembered by identity. Only a weak reference is
+    held: an entry goes when its object does, so the table never keeps alive what every
+    state has dropped (a table of strong references held up to 65,536 rows)."""
+
+    def __init__(self, measure: Callable[[Measured], int]) -> None:
+        self._measure = measure
+        #: id of a live object → (a weak reference to it, its size).
+        self.table: dict[int, tuple[weakref.ref[Measured], int]] = {}
+
+    def __call__(self, item: Measured) -> int:
+        """The size of `item`, measured on first sight."""
+        key = id(item)
+        cached = self.table.get(key)
+        # An entry outlives no object (its callback runs before the object's memory can be
+        # reused), so an entry under a live object's id is that object's.
+        if cached is not None:
+            return cached[1]
+        size = self._measure(item)
+        self.table[key] = (weakref.ref(item, partial(self._forget, key)), size)
+        return size
+
+    def _forget(self, key: int, ref: weakref.ref[Measured]) -> None:
+        """The object behind `ref` is gone: drop its entry (unless its id was reused since)."""
+        cached = self.table.get(key)
+        if cached is not None and cached[0] is ref:
+            del self.table[key]
 
 
 def json_bytes(value: Any) -> int:
@@ -89,10 +140,18 @@ SPEC_SKELETON_BYTES = _skeleton_bytes()
 
 
 def spec_bytes(spec: ResolvedSpec) -> int:
-    """An upper bound of the stored size of a spec (its canonical JSON), cheap to compute."""
+    """An upper bound of the stored size of a spec (its canonical JSON), cheap to compute:
+    measured once per spec object (a session's specs are measured on every inject)."""
+    return _SPEC_BYTES(spec)
+
+
+def _measure_spec(spec: ResolvedSpec) -> int:
     total = SPEC_SKELETON_BYTES + stored_bytes(spec.body) + stored_bytes(spec.id)
     total += stored_bytes(spec.dedupe_key or "") + stored_bytes(spec.originating_agent_id or "")
     return total + sum(stored_bytes(tag) + 3 for tag in spec.tags)
+
+
+_SPEC_BYTES: MeasuredOnce[ResolvedSpec] = MeasuredOnce(_measure_spec)
 
 
 # --- the worst case (SPEC §4.1.1) -------------------------------------------------------

@@ -12,8 +12,18 @@ import tracemalloc
 from typing import Any, cast
 
 from bench.traffic import decide_session
-from contracts.state import RecentReply, SessionState
+from contracts.spec import ResolvedSpec, parse_reminder
+from contracts.state import DeliveredEnvelope, RecentReply, SessionState
 from core import fold_all
+from core.size import (
+    _SPEC_BYTES,
+    MEMO_TEXT_CHARS,
+    SPEC_SKELETON_BYTES,
+    MeasuredOnce,
+    _short_stored_bytes,
+    spec_bytes,
+    stored_bytes,
+)
 from services.adapters.session_read import RawStored
 from services.adapters.settings import Settings
 from services.gateway.command import CachedSession
@@ -38,15 +48,15 @@ def _rows(count: int, prefix: str = "r") -> list[RecentReply]:
 
 
 def test_reply_sizes_are_remembered_only_while_their_rows_live() -> None:
-    before = len(fold_module._ROW_BYTES)
+    before = len(fold_module._ROW_BYTES.table)
     rows = _rows(300)
     fold_module._evict_replies(rows)  # the oldest beyond RECENT_REPLIES_KEPT go unmeasured
-    assert len(fold_module._ROW_BYTES) == before + len(rows)
+    assert len(fold_module._ROW_BYTES.table) == before + len(rows)
     del rows[:100]
-    assert len(fold_module._ROW_BYTES) == before + len(rows)
+    assert len(fold_module._ROW_BYTES.table) == before + len(rows)
     rows.clear()
     gc.collect()
-    assert len(fold_module._ROW_BYTES) == before
+    assert len(fold_module._ROW_BYTES.table) == before
 
 
 def test_a_remembered_size_is_the_rows_own_after_its_id_is_reused() -> None:
@@ -56,8 +66,9 @@ def test_a_remembered_size_is_the_rows_own_after_its_id_is_reused() -> None:
     del short
     long = RecentReply(request_id="x" * 500, reply={"ok": True})
     # Whether or not CPython hands the same address out again, the size is the new row's.
-    assert fold_module._row_bytes(long) > 500
-    assert key not in fold_module._ROW_BYTES or fold_module._ROW_BYTES[key][0]() is long
+    assert fold_module._ROW_BYTES(long) > 500
+    table = fold_module._ROW_BYTES.table
+    assert key not in table or table[key][0]() is long
 
 
 def _state(session_id: str, replies: int) -> SessionState:
@@ -155,3 +166,51 @@ def test_the_active_sessions_gauge_forgets_quiet_sessions_even_unread() -> None:
     assert next(iter(service._last_seen)) == f"s{999 - int(ACTIVE_WINDOW_S)}"
     service._seen("s0", 1000.0)  # a session seen again moves to the newest end
     assert list(service._last_seen)[-1] == "s0"
+
+
+def test_long_texts_are_measured_without_a_table_that_keeps_them() -> None:
+    long = "é" * (MEMO_TEXT_CHARS + 1)
+    assert stored_bytes(long) == 2 * len(long)
+    assert stored_bytes('a"b') == 4  # a short one, escaped quote and all
+    before = _short_stored_bytes.cache_info().currsize
+    stored_bytes("x" * (MEMO_TEXT_CHARS + 10))
+    assert _short_stored_bytes.cache_info().currsize == before
+    stored_bytes(f"short {before}")
+    assert _short_stored_bytes.cache_info().currsize == before + 1
+
+
+def test_delivered_texts_and_specs_are_measured_once_per_live_object() -> None:
+    text_memo = fold_module._TEXT_BYTES
+    row = DeliveredEnvelope(
+        turn_number=1,
+        speaker="harness",
+        directive_ids=[],
+        text="t" * 1000,
+        format="system-reminder",
+        nonce=None,
+    )
+    before = len(text_memo.table)
+    assert text_memo(row) == 1000 and len(text_memo.table) == before + 1
+    del row
+    gc.collect()
+    assert len(text_memo.table) == before
+    spec = ResolvedSpec.resolve(parse_reminder({"body": "b" * 600})[0], id="r1", fired_at_turn=0)
+    first = spec_bytes(spec)
+    assert first == SPEC_SKELETON_BYTES + 600 + 2
+    held = len(_SPEC_BYTES.table)
+    assert spec_bytes(spec) == first and len(_SPEC_BYTES.table) == held
+    del spec
+    gc.collect()
+    assert len(_SPEC_BYTES.table) == held - 1
+
+
+def test_measured_once_measures_each_object_once() -> None:
+    calls: list[int] = []
+
+    def measure(row: RecentReply) -> int:
+        calls.append(1)
+        return len(row.request_id)
+
+    memo: MeasuredOnce[RecentReply] = MeasuredOnce(measure)
+    (row,) = _rows(1, "abc")
+    assert memo(row) == memo(row) == 4 and len(calls) == 1
