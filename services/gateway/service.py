@@ -171,7 +171,13 @@ class RateLimiter:
         if len(window) >= self._limit:
             return max(1, int((1.0 - (now - window[0])) * 1000))
         window.append(now)
-        while len(self._windows) > self._max_sessions:
+        # Least recently used first: drop every window that no longer counts anything (its
+        # newest command a second old), as well as any beyond the bound, so an idle session
+        # holds nothing here.
+        while self._windows:
+            oldest = next(iter(self._windows.values()))
+            if len(self._windows) <= self._max_sessions and now - oldest[-1] < 1.0:
+                break
             self._windows.popitem(last=False)
         return 0
 

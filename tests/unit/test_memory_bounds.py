@@ -32,6 +32,7 @@ from services.gateway.service import (
     EVENT_ALLOWANCE_BYTES,
     REMEASURE_BYTES_PER_EVENT,
     CommandService,
+    RateLimiter,
     SessionCache,
     _decoded,
     encoded_bytes,
@@ -214,3 +215,18 @@ def test_measured_once_measures_each_object_once() -> None:
     memo: MeasuredOnce[RecentReply] = MeasuredOnce(measure)
     (row,) = _rows(1, "abc")
     assert memo(row) == memo(row) == 4 and len(calls) == 1
+
+
+def test_the_rate_limiter_holds_only_sessions_with_a_command_in_the_last_second() -> None:
+    limiter = RateLimiter(limit=2, max_sessions=1000)
+    for n in range(500):
+        assert limiter.retry_after_ms(f"s{n}", n * 0.01) == 0
+    # Only the sessions of the last second are held (100 of them, one command each).
+    assert len(limiter._windows) == 100
+    assert limiter.retry_after_ms("s499", 4.99) == 0
+    assert limiter.retry_after_ms("s499", 4.99) > 0  # over its limit: refused, still held
+    assert "s499" in limiter._windows
+    tight = RateLimiter(limit=5, max_sessions=10)
+    for n in range(50):
+        tight.retry_after_ms(f"t{n}", 0.0)
+    assert list(tight._windows) == [f"t{n}" for n in range(40, 50)]
