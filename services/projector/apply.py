@@ -9,10 +9,13 @@ the consumer: its later events are acked and skipped, and `reminders rebuild` re
 
 A gap is final — the event degrades its session — only when the log shows the missing
 events are not there: once a gapped event came back `max_gap_redeliveries` times, the
-stream's leader is asked for the session's first event after the record; while that is
-earlier than the gapped event, the missing events exist and will be redelivered (a crashed
-replica's batch waits out its ack wait, a consumer's leader election, a partition), so the
-event is nak'ed again, however long that takes. Counting redeliveries alone once degraded
+stream's leader is asked for the session's first event after the record; only when that is
+the gapped event itself are the missing ones absent. While it is earlier, they exist and
+will be redelivered (a crashed replica's batch waits out its ack wait, a consumer's leader
+election, a partition); while it is none or later, the answer came from a leader behind the
+gapped event (one cut off from its cluster answers until it steps down: the long fault run
+found three sessions degraded so). Either way the event is nak'ed again, however long that
+takes. Counting redeliveries alone once degraded
 sessions whose missing events came back after a partition (found by the fault suite's long
 form: three sessions' projections never caught up).
 
@@ -272,8 +275,12 @@ class Projector:
         verdicts: list[Verdict],
         poison: dict[int, tuple[str, str]],
     ) -> bool:
-        """True when a gap was judged final but the log still holds an event the session's
-        record has not applied, before the gapped one: it will be redelivered."""
+        """True when a gap was judged final but the log does not show the missing events
+        absent: the leader's first event of the session after the record is the gapped
+        event itself only when they are not there. An earlier one will be redelivered; none,
+        or a later one, is the answer of a leader that has not got the gapped event yet (a
+        leader cut off from its cluster keeps answering until it steps down), which proves
+        nothing, so the event waits for the next redelivery."""
         if self._log is None or not poison:
             return False
         gapped = [
@@ -290,7 +297,7 @@ class Projector:
         else:  # a tombstone: what was purged is not coming back
             return False
         first = await self._log.first_after(token, applied_through)
-        return first is not None and first < min(gapped)
+        return first != min(gapped)
 
     def _decide(
         self,

@@ -317,3 +317,22 @@ async def test_a_gap_whose_missing_event_is_not_in_the_log_is_final_after_the_re
     assert dlq.sent == [(3, "s1", "gap")]
     degraded = stored_state(store, "s1").degraded
     assert degraded is not None and degraded.stream_seq == 3
+
+
+async def test_a_gap_judged_by_a_leader_behind_the_gapped_event_is_not_final() -> None:
+    """A leader cut off from its cluster answers until it steps down, from a log that may
+    lack what the new leader stored since: "nothing after the record", or a first event
+    past the gapped one, proves nothing about the missing events (the long fault run found
+    three sessions degraded so, their projections never caught up)."""
+    for behind in ([1], [1, 4]):
+        store, dlq = FakeStore(), FakeDlq()
+        log = session_log()
+        batch = deliveries(log)
+        stream = FakeLog({"s1": behind})
+        projector = Projector(store, dlq, max_gap_redeliveries=3, log=stream)
+        await projector.process([batch[0]])
+        batch[2].num_delivered = 30
+        report = await projector.process([batch[2]])
+        assert report.verdicts[Verdict.GAP] == 1 and report.verdicts[Verdict.POISON] == 0
+        assert dlq.sent == [] and stream.asked == 1 and batch[2].naked == 0.5
+        assert stored_state(store, "s1").degraded is None
