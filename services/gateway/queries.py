@@ -1,7 +1,9 @@
 """Queries served from the projection (SPEC §4.10); `forget` (§4.11) is `forget.py`.
 
 A query must see every command whose reply was sent before it arrived: read the session's
-last stream sequence (one direct get; from the stream's leader on a replicated stream), then
+last stream sequence (one direct get; from the stream's leader on a replicated stream, and
+only while that leader has heard from a quorum, `LeaderQuorum` — else the answer is
+`stale: true` at once), then
 wait — on the replica's one shared watch of the bucket (`ProjectionWatch` in
 `services/adapters/projection.py`), not a poll and not a watcher per query — until the
 projection has applied it (or `min_seq`), up to `timeout_ms`; past that, answer from the
@@ -19,6 +21,7 @@ from nats.aio.client import Client
 
 from contracts.state import SessionState
 from contracts.subjects import session_token
+from services.adapters.leader_quorum import LeaderQuorum
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
 from services.adapters.session_read import READ_ATTEMPT_S, trusted_last_session_seq
 from services.adapters.settings import Settings
@@ -55,9 +58,11 @@ class ProjectionReader:
     """Reads session states from the bucket, waiting on the shared watch for the projection
     to catch up."""
 
-    def __init__(self, nc: Client, settings: Settings) -> None:
+    def __init__(self, nc: Client, settings: Settings, quorum: LeaderQuorum | None = None) -> None:
         self._nc = nc
         self._settings = settings
+        # The leader's answer is trusted only while it speaks for its cluster.
+        self._quorum = quorum or LeaderQuorum(nc, settings.stream, settings.replicas)
         self._bucket = BucketReader(
             nc,
             settings.kv_bucket,
@@ -84,7 +89,13 @@ class ProjectionReader:
         token = session_token(session_id)
         # Both reads at once: the order does not matter, since the value is only taken once
         # it covers the last sequence read after the query arrived.
-        last_seq, record = await self._read(session_id, token)
+        (last_seq, record), trusted = await asyncio.gather(
+            self._read(session_id, token), self._quorum.confirmed(READ_ATTEMPT_S)
+        )
+        if not trusted:
+            # A leader cut off from its cluster may name a last sequence the new leader has
+            # written past: whatever the projection holds, it cannot be called current.
+            return record, True
 
         def ready(record: Projected) -> bool:
             return _caught_up(record, last_seq, min_seq)

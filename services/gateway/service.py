@@ -45,6 +45,7 @@ from services.adapters import stages
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
+from services.adapters.leader_quorum import LeaderQuorum
 from services.adapters.lru import SizedLru
 from services.adapters.session_read import (
     READ_ATTEMPT_S,
@@ -226,6 +227,7 @@ class NatsCommandPorts:
         self._caller_check = caller_check
         self.cache = SessionCache(settings.cache_sessions, settings.gateway_cache_bytes)
         self._last_seq = trusted_last_session_seq(settings.replicas)
+        self.quorum = LeaderQuorum(nc, settings.stream, settings.replicas)
         self.core = settings.core
         self.conflict_retries = settings.conflict_retries
 
@@ -261,15 +263,24 @@ class NatsCommandPorts:
     async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
         """The stream seq of the session's last event: a direct get of the last message on
         its subjects, or on a replicated stream the leader's answer (a direct get may be
-        served by a replica still catching up, the very read this check must not trust);
-        one attempt (`READ_ATTEMPT_S`): the command path tries again."""
+        served by a replica still catching up, the very read this check must not trust),
+        taken only while that leader has heard from a quorum (`LeaderQuorum`); one attempt
+        (`READ_ATTEMPT_S`): the command path tries again."""
         attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
         try:
-            return await asyncio.wait_for(
-                self._last_seq(self._nc, self._settings.stream, session_id, attempt_s), attempt_s
+            seq, trusted = await asyncio.wait_for(
+                asyncio.gather(
+                    self._last_seq(self._nc, self._settings.stream, session_id, attempt_s),
+                    self.quorum.confirmed(attempt_s),
+                ),
+                attempt_s,
             )
         except (TimeoutError, NatsError, JetStreamApiError) as exc:
             raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        if not trusted:
+            # A leader cut off from its cluster answers from a log others may have written past.
+            raise LogUnavailable("the stream's leader has not heard from a quorum lately")
+        return seq
 
     async def read(
         self, session_id: str, timeout_s: float, events_after: int | None
@@ -365,7 +376,7 @@ class CommandService:
         self._ports = NatsCommandPorts(nc, settings, committer, metrics, caller_check)
         self._rate = RateLimiter(settings.rate_limit_per_second)
         self._locks = SessionLocks()
-        self._reader = ProjectionReader(nc, settings)
+        self._reader = ProjectionReader(nc, settings, self._ports.quorum)
         self._forgetter = Forgetter(nc, settings)
         self._audit = AuditReads(
             nc, settings.stream, settings.kv_bucket, settings.core.max_payload_bytes
