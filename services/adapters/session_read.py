@@ -240,9 +240,13 @@ def _previous_seq(seq: int, headers: dict[str, str], subject_filter: str) -> int
     return seq - 1
 
 
+#: A walked message as kept: its body, its subject, and the seq of the session's event before.
+Walked = tuple[bytes, str, int]
+
+
 async def _walk_session(
     getter: _DirectGetter, session_id: str, subjects: dict[str, int]
-) -> dict[int, tuple[Msg, int]]:
+) -> dict[int, Walked]:
     """Each message of the session by seq, with the seq of the one before it, following the
     back-pointers (`_previous_seq`); raises `_BrokenChain` when they do not hold.
 
@@ -254,7 +258,9 @@ async def _walk_session(
     """
     subject_filter = session_subject_filter(session_id)
     token = session_token(session_id)
-    found: dict[int, tuple[Msg, int]] = {}
+    # Only what the read returns is kept of each message, not the message and its headers:
+    # a long session is held whole until the walk ends.
+    found: dict[int, Walked] = {}
 
     def keep(message: Msg) -> int:
         headers = message.headers or {}
@@ -264,7 +270,7 @@ async def _walk_session(
         # stream renumbered, a message written some other way).
         if previous >= seq or parse_event_subject(subject) is None or last_token(subject) != token:
             raise _BrokenChain(subject)
-        found[seq] = (message, previous)
+        found[seq] = (message.data, subject, previous)
         return previous
 
     async def anchor(subject: str, start: int) -> None:
@@ -280,7 +286,7 @@ async def _walk_session(
     order = sorted(found)
 
     async def walk(floor: int, top: int) -> None:
-        previous = found[top][1]
+        previous = found[top][2]
         while previous > floor:
             previous = keep(await getter.get({"seq": previous}))
         if previous != floor:
@@ -290,7 +296,7 @@ async def _walk_session(
     return found
 
 
-def _in_order(found: dict[int, tuple[Msg, int]], count: int) -> list[RawStored]:
+def _in_order(found: dict[int, Walked], count: int) -> list[RawStored]:
     """The walked messages in stream order, if they are as many as the server counts: then,
     all of them on the session's subjects and at distinct seqs, they are the whole session,
     whatever the back-pointers said."""
@@ -299,9 +305,9 @@ def _in_order(found: dict[int, tuple[Msg, int]], count: int) -> list[RawStored]:
     seqs = sorted(found)
     return [
         RawStored(
-            found[seq][0].data,
+            found[seq][0],
             seq,
-            (found[seq][0].headers or {})["Nats-Subject"],
+            found[seq][1],
             count - index - 1,
         )
         for index, seq in enumerate(seqs)
