@@ -142,6 +142,11 @@ async def run_command(
         except CommitConflict:
             ports.forget_cached(command.session_id, conflict=True)
             if retries.conflicts >= ports.conflict_retries:
+                if retries.unsure_after is not None:
+                    # An earlier attempt may have landed (its outcome was unknown, and the
+                    # reads since may have come from a replica behind it): giving up is not
+                    # a definite failure, so the caller must retry with the same request_id.
+                    return unavailable_reply(maybe_applied=True)
                 return error_reply(
                     ErrorCode.CONFLICT,
                     "the session kept changing; optimistic concurrency gave up",

@@ -187,6 +187,18 @@ async def test_conflicts_beyond_the_bound_give_up_with_a_conflict() -> None:
     assert ports.log == []
 
 
+async def test_conflicts_after_an_unknown_outcome_never_give_up_as_a_definite_failure() -> None:
+    """Found by the long fault run: a commit's PubAck was lost (the batch landed), the re-reads
+    came from a replica behind it, so every new decision conflicted with the landed batch; the
+    gateway gave up with `conflict`, a definite failure, for a command that was applied."""
+    ports = FakePorts((CommitUncertain("PubAck lost"), True), conflict_retries=2)
+    ports.lagging_reads, ports.lag_through = 100, 0
+    reply = await run(ports)
+    assert reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"]["maybe_applied"] is True
+    assert kinds(ports) == ["injected"]
+
+
 async def test_a_short_election_is_ridden_out() -> None:
     ports = FakePorts(*[CommitUnavailable("no responders") for _ in range(8)])
     reply = await run(ports)
