@@ -146,12 +146,6 @@ class Projector:
         by_token: OrderedDict[str, list[Delivery]] = OrderedDict()
         for delivery in batch:
             by_token.setdefault(token_of(delivery.subject), []).append(delivery)
-        for deliveries in by_token.values():
-            # A session's events apply in stream order, but a fetch returns redeliveries (a
-            # nak'ed event, one whose ack wait ran out) among new ones: a later event came
-            # back ahead of the earlier one it waited for, both in one batch, and was judged
-            # a gap (the long fault run found sessions degraded so).
-            deliveries.sort(key=lambda delivery: delivery.stream_seq)
         gate = asyncio.Semaphore(self._concurrency)
 
         async def one(token: str, deliveries: list[Delivery]) -> None:
