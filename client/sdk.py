@@ -28,6 +28,7 @@ from contracts.tenants import (
     tenant_agent_event_subject,
     tenant_command_subject,
 )
+from services.adapters.jetstream import header_block_bytes
 from services.adapters.settings import DEFAULT_MAX_OUTSTANDING_PINGS, DEFAULT_PING_INTERVAL_S
 from services.adapters.telemetry import inject_traceparent
 
@@ -182,13 +183,7 @@ class ReminderClient:
         limit = self._nc.max_payload
         if not limit:  # not connected yet: the server has not told us its limit
             return
-        header_bytes = (
-            len(b"NATS/1.0\r\n\r\n")
-            + sum(len(f"{k}: {v}\r\n".encode()) for k, v in headers.items())
-            if headers
-            else 0
-        )
-        size = len(data) + header_bytes
+        size = len(data) + header_block_bytes(headers)
         if size > limit:
             raise ReminderError(
                 ErrorCode.TOO_LARGE,

@@ -19,6 +19,17 @@ H_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 H_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
+def header_block_bytes(headers: dict[str, str] | None) -> int:
+    """Bytes a message's headers take on the wire (the server counts them toward
+    `max_payload` with the body): the `NATS/1.0` block, one `Key: Value` line each; 0 for
+    none."""
+    if not headers:
+        return 0
+    return len(b"NATS/1.0\r\n\r\n") + sum(
+        len(f"{key}: {value}\r\n".encode()) for key, value in headers.items()
+    )
+
+
 class JetStreamApiError(RuntimeError):
     """A JetStream API or publish error, with the server's err_code."""
 

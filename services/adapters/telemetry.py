@@ -27,6 +27,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from core.projection import Verdict
 from core.size import TRACE_HEADERS_MAX_BYTES
+from services.adapters.jetstream import header_block_bytes
 from services.adapters.settings import Settings
 
 _PROVIDER: MeterProvider | None = None
@@ -83,7 +84,7 @@ def inject_traceparent() -> dict[str, str]:
         return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
-    if sum(len(k) + len(v.encode()) + 4 for k, v in carrier.items()) > TRACE_HEADERS_MAX_BYTES:
+    if header_block_bytes(carrier) > TRACE_HEADERS_MAX_BYTES:
         return {key: carrier[key] for key in ("traceparent",) if key in carrier}
     return carrier
 
