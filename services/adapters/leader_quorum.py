@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 from nats.aio.client import Client
+
+Read = TypeVar("Read")
 
 #: A follower counts towards the quorum when the leader heard from it this recently. The
 #: leader hears from each follower at least once per heartbeat (1 s) while all is well.
@@ -77,6 +79,14 @@ class LeaderQuorum:
         except TimeoutError:
             return False
         return self._in_quorum and self._clock() - self._asked_at <= MAX_AGE_S
+
+    async def read(self, read: Awaitable[Read], timeout_s: float) -> tuple[Read, bool]:
+        """`read` (a leader's answer) and, asked at the same time, whether it may be trusted
+        (`confirmed`); on one replica the read alone, with no second task on its path."""
+        if self._replicas <= 1:
+            return await read, True
+        answer, trusted = await asyncio.gather(read, self.confirmed(timeout_s))
+        return answer, trusted
 
     async def _ask(self, timeout_s: float) -> None:
         asked_at = self._clock()

@@ -89,8 +89,8 @@ class ProjectionReader:
         token = session_token(session_id)
         # Both reads at once: the order does not matter, since the value is only taken once
         # it covers the last sequence read after the query arrived.
-        (last_seq, record), trusted = await asyncio.gather(
-            self._read(session_id, token), self._quorum.confirmed(READ_ATTEMPT_S)
+        (last_seq, record), trusted = await self._quorum.read(
+            self._read(session_id, token), READ_ATTEMPT_S
         )
         if not trusted:
             # A leader cut off from its cluster may name a last sequence the new leader has

@@ -269,9 +269,9 @@ class NatsCommandPorts:
         attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
         try:
             seq, trusted = await asyncio.wait_for(
-                asyncio.gather(
+                self.quorum.read(
                     self._last_seq(self._nc, self._settings.stream, session_id, attempt_s),
-                    self.quorum.confirmed(attempt_s),
+                    attempt_s,
                 ),
                 attempt_s,
             )
