@@ -17,6 +17,7 @@ import nats
 from nats.aio.client import Client
 
 from services.adapters.credentials import nats_kwargs
+from services.adapters.failover import LeaveStaleServer
 from services.adapters.settings import Settings
 
 log = logging.getLogger("reminders.nats")
@@ -122,6 +123,8 @@ async def connect_url(
         "reconnect_time_wait": 0.5,
         **(options or {}),
     }
+    # A server that stopped answering is tried last (see `LeaveStaleServer`).
+    failover = LeaveStaleServer(timing["reconnect_time_wait"])
     attempt = asyncio.ensure_future(
         nc.connect(
             server_urls(url),
@@ -129,6 +132,7 @@ async def connect_url(
             max_reconnect_attempts=-1,
             allow_reconnect=True,
             error_cb=record,
+            reconnect_to_server_handler=failover,
             **timing,
         )
     )
@@ -141,6 +145,7 @@ async def connect_url(
         gave_up.cancel()
     connecting = False
     if attempt in done and attempt.exception() is None:
+        failover.connected(nc)
         return nc
     if attempt in done:
         errors.append(attempt.exception())  # type: ignore[arg-type]
