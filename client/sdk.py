@@ -8,6 +8,7 @@ async with await ReminderClient.connect("nats://127.0.0.1:4222") as client:
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -28,6 +29,7 @@ from contracts.tenants import (
     tenant_agent_event_subject,
     tenant_command_subject,
 )
+from services.adapters.failover import LeaveStaleServer
 from services.adapters.jetstream import header_block_bytes
 from services.adapters.settings import DEFAULT_MAX_OUTSTANDING_PINGS, DEFAULT_PING_INTERVAL_S
 from services.adapters.telemetry import inject_traceparent
@@ -36,6 +38,12 @@ from services.adapters.telemetry import inject_traceparent
 READ_OPS = frozenset({StateQuery.op, PendingInjectionsQuery.op})
 #: How often a request waiting for its reply looks whether the connection was replaced.
 RECONNECT_CHECK_S = 0.1
+#: How long a connection waits before trying again a server that failed since it last
+#: answered (nats-py's own `reconnect_time_wait`).
+DEFAULT_RECONNECT_WAIT_S = 2.0
+#: After "no responders" (no gateway subscribed at that moment: one is moving to another
+#: node, or restarting), a read or a command with a `request_id` is sent again this soon.
+NO_RESPONDERS_RETRY_S = 0.25
 #: A request unanswered this long is sent again: the gateway's deadline (5 s by default,
 #: `Settings.request_timeout_s`) and a second for the way there and back.
 RESEND_AFTER_S = 6.0
@@ -72,13 +80,20 @@ class ReminderClient:
         `options` go to `nats.connect` (credentials, TLS). With a `user`, replies come back
         under that user's private inbox `_INBOX.<user>` unless `inbox_prefix` says otherwise.
         The connection pings its server every second and leaves it, for another server of
-        `url`'s list, after two unanswered pings (`ping_interval`, `max_outstanding_pings`).
+        `url`'s list, after two unanswered pings (`ping_interval`, `max_outstanding_pings`),
+        trying the server it left last (`reconnect_to_server_handler`: `LeaveStaleServer`).
         """
         if options.get("user") and "inbox_prefix" not in options:
             options["inbox_prefix"] = f"_INBOX.{options['user']}"
         options.setdefault("ping_interval", DEFAULT_PING_INTERVAL_S)
         options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
+        failover = options.setdefault(
+            "reconnect_to_server_handler",
+            LeaveStaleServer(options.get("reconnect_time_wait", DEFAULT_RECONNECT_WAIT_S)),
+        )
         nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3, **options)
+        if isinstance(failover, LeaveStaleServer):
+            failover.connected(nc)
         return cls(nc, timeout_s, owns_connection=True, tenant=tenant)
 
     def acp_subject(self, session_id: str) -> str:
@@ -115,29 +130,36 @@ class ReminderClient:
         A read, or a command with a `request_id`, is sent again when the request or its reply
         may have been lost on the way: at once when the connection was replaced while the
         reply was awaited (its server stalled or went away, and nats-py reconnected to
-        another), and after `resend_after_s` without an answer (a node between here and the
-        gateway froze with the request inside; the gateway answers within its deadline
-        whatever it received). The first reply to any attempt is the answer; the gateway
-        answers a repeated `request_id` with the first reply, so nothing is applied twice. A
-        command without a `request_id` is never sent twice. All within `timeout_s`.
+        another); every `resend_after_s` of silence counted from the first send, whatever
+        was sent in between (a node between here and the gateway froze with the request
+        inside; the gateway answers within its deadline whatever it received, but may itself
+        still have been on that node when the connection moved); and `NO_RESPONDERS_RETRY_S`
+        after "no responders" (no gateway was subscribed: one is moving to another node, or
+        restarting). The first reply to any attempt is the answer; the gateway answers a
+        repeated `request_id` with the first reply, so nothing is applied twice. A command
+        without a `request_id` is never sent twice. All within `timeout_s`.
         """
         data = orjson.dumps(payload)
         headers = inject_traceparent() or None
         self._check_size(op, data, headers)
         subject = tenant_command_subject(self._tenant, op)
-        resend = op in READ_OPS or bool(payload.get("request_id"))
         loop = asyncio.get_running_loop()
-        until = loop.time() + self._timeout_s
+        pace = _Resends(
+            resend=op in READ_OPS or bool(payload.get("request_id")),
+            until=loop.time() + self._timeout_s,
+            silent_after_s=self._resend_after_s,
+            paced_from=loop.time(),
+        )
         attempts: list[asyncio.Future[Msg]] = []
         try:
             while True:
                 reconnects, sent = self._nc.stats["reconnects"], loop.time()
                 attempts.append(
                     asyncio.ensure_future(
-                        self._nc.request(subject, data, timeout=until - sent, headers=headers)
+                        self._nc.request(subject, data, timeout=pace.until - sent, headers=headers)
                     )
                 )
-                reply = await self._first_reply(attempts, reconnects, sent, until, resend)
+                reply = await self._first_reply(attempts, reconnects, pace)
                 if reply is not None:
                     break
         except (NoRespondersError, NatsTimeoutError) as exc:
@@ -151,32 +173,33 @@ class ReminderClient:
         return result
 
     async def _first_reply(
-        self,
-        attempts: list[asyncio.Future[Msg]],
-        reconnects: int,
-        sent: float,
-        until: float,
-        resend: bool,
+        self, attempts: list[asyncio.Future[Msg]], reconnects: int, pace: _Resends
     ) -> Msg | None:
-        """The first reply to any of `attempts` (the last sent at `sent`); None when it is
-        time to send again: `resend` allowed, time left, and the connection was replaced
-        since, or no answer came within `resend_after_s`. The last attempt's failure (no
-        responders, timeout) is raised; an earlier one's is left to the later attempts."""
+        """The first reply to any of `attempts`; None when it is time to send again (see
+        `_Resends.due`). The last attempt's failure (no responders, timeout) is raised
+        unless it may be sent again; an earlier one's is left to the later attempts."""
         loop = asyncio.get_running_loop()
         while True:
             done, _ = await asyncio.wait(
                 attempts, timeout=RECONNECT_CHECK_S, return_when=asyncio.FIRST_COMPLETED
             )
+            last, nobody_listened = attempts[-1], False
             for attempt in done:
-                if attempt.exception() is None:
+                failure = attempt.exception()
+                if failure is None:
                     return attempt.result()
-                if attempt is attempts[-1]:
-                    attempt.result()  # raises
                 attempts.remove(attempt)
-            now = loop.time()
+                if attempt is last:
+                    nobody_listened = isinstance(failure, NoRespondersError) and pace.may_resend(
+                        loop.time() + NO_RESPONDERS_RETRY_S
+                    )
+                    if not nobody_listened:
+                        raise failure
+            if nobody_listened:
+                await asyncio.sleep(NO_RESPONDERS_RETRY_S)
+                return None
             replaced = self._nc.stats["reconnects"] != reconnects and self._nc.is_connected
-            silent = self._resend_after_s is not None and now - sent >= self._resend_after_s
-            if resend and now < until and (replaced or silent):
+            if pace.due(loop.time(), replaced):
                 return None
 
     def _check_size(self, op: str, data: bytes, headers: dict[str, str] | None) -> None:
@@ -425,3 +448,30 @@ class ReminderClient:
                 ErrorCode.UNAVAILABLE, f"AGENT_EVENTS did not ack: {type(exc).__name__}"
             ) from exc
         return event
+
+
+@dataclass
+class _Resends:
+    """When one request is sent again: only a read or a command with a `request_id`
+    (`resend`), only before `until`, on silence every `silent_after_s` from `paced_from`."""
+
+    resend: bool
+    until: float
+    silent_after_s: float | None
+    paced_from: float
+
+    def may_resend(self, at: float) -> bool:
+        """Whether the request may be sent again at `at`."""
+        return self.resend and at < self.until
+
+    def due(self, now: float, replaced: bool) -> bool:
+        """Whether to send again now: the connection was `replaced` since the last send, or
+        `silent_after_s` passed since the last send on silence (or the first send). A send
+        for any other reason does not postpone the next one on silence: the one it
+        replaces may have gone to a gateway that was still on a node that froze."""
+        if not self.may_resend(now):
+            return False
+        if self.silent_after_s is not None and now - self.paced_from >= self.silent_after_s:
+            self.paced_from = now
+            return True
+        return replaced

@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 import pytest
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from client.sdk import ReminderClient
+from client.sdk import NO_RESPONDERS_RETRY_S, ReminderClient
 from contracts.errors import ReminderError
 
 
@@ -89,3 +90,58 @@ async def test_an_answer_to_the_first_attempt_still_counts_after_a_resend() -> N
     reply = await asyncio.wait_for(client.request("state", {"session_id": "s"}), 2.0)
     assert reply == {"ok": True, "attempt": 1}
     assert len(nc.sent) >= 2
+
+
+class NobodyThenLive(FrozenThenLive):
+    """A connection where no gateway is subscribed for the first `lost` requests (one is
+    moving to another node): nats-py raises "no responders" at once."""
+
+    async def request(self, subject: str, data: bytes, timeout: float, **_: Any) -> Reply:
+        self.sent.append(orjson.loads(data))
+        if len(self.sent) <= self.lost:
+            raise NoRespondersError
+        return Reply(orjson.dumps({"ok": True, "attempt": len(self.sent)}))
+
+
+async def test_no_responders_is_sent_again_until_a_gateway_is_back() -> None:
+    nc = NobodyThenLive(lost=3)
+    client = ReminderClient(nc, timeout_s=5.0, resend_after_s=None)  # type: ignore[arg-type]
+    payload = {"session_id": "s", "request_id": "r-1", "reminder": {"body": "x"}}
+    started = asyncio.get_running_loop().time()
+    reply = await asyncio.wait_for(client.request("inject", payload), 3.0)
+    assert reply == {"ok": True, "attempt": 4}
+    assert nc.sent == [payload] * 4
+    # Paced, not a busy loop: one try per NO_RESPONDERS_RETRY_S.
+    assert asyncio.get_running_loop().time() - started >= 3 * NO_RESPONDERS_RETRY_S
+
+
+async def test_no_responders_ends_a_read_only_at_its_timeout() -> None:
+    nc = NobodyThenLive(lost=1000)
+    client = ReminderClient(nc, timeout_s=0.8, resend_after_s=None)  # type: ignore[arg-type]
+    with pytest.raises(ReminderError) as raised:
+        await client.request("state", {"session_id": "s"})
+    assert raised.value.code == "unavailable"
+    assert 2 <= len(nc.sent) <= 0.8 / NO_RESPONDERS_RETRY_S + 1
+
+
+async def test_no_responders_to_a_command_without_a_request_id_is_answered_at_once() -> None:
+    nc = NobodyThenLive(lost=1)
+    client = ReminderClient(nc, timeout_s=5.0, resend_after_s=0.2)  # type: ignore[arg-type]
+    with pytest.raises(ReminderError) as raised:
+        await asyncio.wait_for(client.request("inject", {"session_id": "s"}), 1.0)
+    assert raised.value.code == "unavailable"
+    assert len(nc.sent) == 1
+
+
+async def test_a_resend_on_reconnection_does_not_postpone_the_resend_on_silence() -> None:
+    """The first attempt and the one sent when the connection moved are both lost (the
+    gateway was still on the frozen node): the next goes `resend_after_s` after the first
+    send, not after the second."""
+    nc = FrozenThenLive(lost=2)
+    client = ReminderClient(nc, timeout_s=5.0, resend_after_s=0.6)  # type: ignore[arg-type]
+    moved = asyncio.create_task(reconnect_after(nc, 0.4))
+    started = asyncio.get_running_loop().time()
+    reply = await asyncio.wait_for(client.request("state", {"session_id": "s"}), 3.0)
+    await moved
+    assert reply == {"ok": True, "attempt": 3}
+    assert asyncio.get_running_loop().time() - started < 0.9  # not 0.4 + 0.6
