@@ -542,6 +542,14 @@ class CommandService:
                 "too many queries are waiting; retry later",
                 retry_after_ms=busy.retry_after_ms,
             )
+        except (TimeoutError, NatsError, JetStreamApiError) as exc:
+            # The stream or the bucket did not answer within the query's reads (a leader
+            # election, a paused node): expected while the cluster heals, so no traceback.
+            log.warning(
+                "log unavailable for a query",
+                extra={"op": query.op, "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return unavailable_reply(maybe_applied=False)
         return {"ok": True, **pending_injections(state), "stale": stale}
 
     async def close(self) -> None:
