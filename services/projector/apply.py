@@ -146,6 +146,13 @@ class Projector:
         by_token: OrderedDict[str, list[Delivery]] = OrderedDict()
         for delivery in batch:
             by_token.setdefault(token_of(delivery.subject), []).append(delivery)
+        for deliveries in by_token.values():
+            # A session's events are judged in stream order (`project_all`: after a gap,
+            # later ones wait), but a fetch returns redeliveries among new ones: a later
+            # event nak'ed many times came back ahead of the earlier one it waited for,
+            # which then waited behind it too, both were judged gaps, and the earlier one,
+            # the leader's first after the record, made the gap look final.
+            deliveries.sort(key=lambda delivery: delivery.stream_seq)
         gate = asyncio.Semaphore(self._concurrency)
 
         async def one(token: str, deliveries: list[Delivery]) -> None:
@@ -194,9 +201,12 @@ class Projector:
         if profile is not None:
             profile.add("validate_chain_fold", since)
         if self._cache_looks_stale(slot, deliveries, verdicts):
-            # Someone else wrote the bucket (a forget's tombstone, another replica): re-read.
+            # Someone else wrote the bucket (a forget's tombstone, another replica while it
+            # held the pin), or a write of ours landed though it failed here: re-read.
+            cached_revision = slot.revision
             slot = await self._slot(token, fresh=True)
-            record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
+            if slot.revision != cached_revision:
+                record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
         dead_lettered: set[int] = set()
         for attempt in range(self._cas_retries + 1):
             if attempt:
@@ -245,12 +255,15 @@ class Projector:
 
     @staticmethod
     def _cache_looks_stale(slot: Slot, deliveries: list[Delivery], verdicts: list[Verdict]) -> bool:
-        """A "duplicate" stored after what we applied means our copy is not the bucket's."""
+        """A "duplicate" stored after what we applied, or a gap, may mean our copy is not
+        the bucket's: a gap against a copy behind it would wait forever for events another
+        replica applied and acked."""
         if not isinstance(slot.record, SessionState):
             return False
         applied_through = slot.record.stream_seq
         return any(
-            verdict is Verdict.DUPLICATE and delivery.stream_seq > applied_through
+            verdict is Verdict.GAP
+            or (verdict is Verdict.DUPLICATE and delivery.stream_seq > applied_through)
             for delivery, verdict in zip(deliveries, verdicts, strict=True)
         )
 

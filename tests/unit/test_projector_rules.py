@@ -336,3 +336,38 @@ async def test_a_gap_judged_by_a_leader_behind_the_gapped_event_is_not_final() -
         assert report.verdicts[Verdict.GAP] == 1 and report.verdicts[Verdict.POISON] == 0
         assert dlq.sent == [] and stream.asked == 1 and batch[2].naked == 0.5
         assert stored_state(store, "s1").degraded is None
+
+
+async def test_a_batch_applies_a_sessions_events_in_stream_order_whatever_the_delivery_order() -> (
+    None
+):
+    """A fetch returns redeliveries among new events: the later event, nak'ed many times,
+    came back just ahead of the earlier one it waited for. Both are in the batch, so neither
+    is a gap, however often they were delivered."""
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    batch = deliveries(log)
+    stream = FakeLog({"s1": [item.stream_seq for item in batch]})
+    projector = Projector(store, dlq, max_gap_redeliveries=3, log=stream)
+    await projector.process([batch[0]])
+    late, early = batch[2], batch[1]
+    late.num_delivered = early.num_delivered = 30
+    report = await projector.process([late, early])
+    assert report.verdicts[Verdict.APPLIED] == 2 and report.verdicts[Verdict.POISON] == 0
+    assert dlq.sent == [] and late.acked and early.acked
+    assert stored_state(store, "s1").session_seq == 3
+
+
+async def test_a_gap_against_a_cached_record_behind_the_bucket_reads_the_bucket_again() -> None:
+    """Another replica held the pin for a while: it applied and acked the session's next
+    events and wrote the bucket, so they never come here again. The copy cached here is
+    behind; a gap against it is read again from the bucket, not waited on forever."""
+    store, dlq = FakeStore(), FakeDlq()
+    batch = deliveries(session_log())
+    here, there = Projector(store, dlq), Projector(store, dlq)
+    await here.process([batch[0]])
+    await there.process([batch[1], batch[2]])  # the pin moved away, then back
+    report = await here.process([batch[3]])
+    assert report.verdicts[Verdict.APPLIED] == 1 and report.verdicts[Verdict.GAP] == 0
+    assert batch[3].acked and batch[3].naked is None
+    assert stored_state(store, "s1").session_seq == 4
