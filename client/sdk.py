@@ -60,12 +60,16 @@ class ReminderClient:
         owns_connection: bool = False,
         tenant: str = DEFAULT_TENANT,
         resend_after_s: float | None = RESEND_AFTER_S,
+        wait_for_gateway: bool = True,
     ):
         self._nc = nc
         self._timeout_s = timeout_s
         # A gateway answers every command it received within its deadline: silence past it
         # means the request or its reply was lost on the way (a node froze on the path).
         self._resend_after_s = resend_after_s
+        # "No responders" sent again until the timeout (a gateway moving or restarting), or
+        # answered `unavailable` at once: what a host that carries on without the ledger wants.
+        self._wait_for_gateway = wait_for_gateway
         self._owns_connection = owns_connection
         # Tenants (SPEC §10.1): a host of tenant T talks on T's subjects; its credential
         # allows no others, and its session ids are its own (`default`: the plain subjects).
@@ -135,9 +139,10 @@ class ReminderClient:
         inside; the gateway answers within its deadline whatever it received, but may itself
         still have been on that node when the connection moved); and `NO_RESPONDERS_RETRY_S`
         after "no responders" (no gateway was subscribed: one is moving to another node, or
-        restarting). The first reply to any attempt is the answer; the gateway answers a
-        repeated `request_id` with the first reply, so nothing is applied twice. A command
-        without a `request_id` is never sent twice. All within `timeout_s`.
+        restarting; not with `wait_for_gateway` False). The first reply to any attempt is the
+        answer; the gateway answers a repeated `request_id` with the first reply, so nothing
+        is applied twice. A command without a `request_id` is never sent twice. All within
+        `timeout_s`.
         """
         data = orjson.dumps(payload)
         headers = inject_traceparent() or None
@@ -190,8 +195,10 @@ class ReminderClient:
                     return attempt.result()
                 attempts.remove(attempt)
                 if attempt is last:
-                    nobody_listened = isinstance(failure, NoRespondersError) and pace.may_resend(
-                        loop.time() + NO_RESPONDERS_RETRY_S
+                    nobody_listened = (
+                        self._wait_for_gateway
+                        and isinstance(failure, NoRespondersError)
+                        and pace.may_resend(loop.time() + NO_RESPONDERS_RETRY_S)
                     )
                     if not nobody_listened:
                         raise failure

@@ -131,7 +131,10 @@ class Ledger:
             reconnected_cb=_ignore,
             closed_cb=_ignore,
         )
-        self._client = ReminderClient(nc, self.timeout_s, owns_connection=True)
+        # No gateway subscribed: the agent carries on at once rather than wait for one.
+        self._client = ReminderClient(
+            nc, self.timeout_s, owns_connection=True, wait_for_gateway=False
+        )
         return self._client
 
     async def _guarded(self, op: str, action: Callable[[ReminderClient], Awaitable[T]]) -> T | None:

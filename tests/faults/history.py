@@ -29,6 +29,7 @@ from contracts.subjects import last_token
 from replay.rebuild import verify_projection
 from replay.source import EVENT_FILTER, iterate_stream
 from replay.verify import verify
+from services.projector.partitions import DURABLE as PROJECTOR_DURABLE
 from tests.faults.checker import INDETERMINATE_CODES, Anomaly, Event, Op, Report, check
 
 #: How often each operation is picked (relative weights).
@@ -308,8 +309,18 @@ async def check_run(
     logs, stored = await logs_of(nc, stream)
     report = check(history.ops, logs)
     behind = await caught_up(client, sorted(stored))
+    consumer = await _projector_consumer(nc, stream) if behind else ""
     for session_id in behind:
-        report.anomalies.append(Anomaly("projection behind", session_id, "never caught up"))
+        rows = stored[session_id]
+        last = f"log {rows[-1].session_seq}@{rows[-1].stream_seq}" if rows else "log empty"
+        projected = await _projected(client, session_id)
+        report.anomalies.append(
+            Anomaly(
+                "projection behind",
+                session_id,
+                f"never caught up: {last}, projected {projected}; {consumer}",
+            )
+        )
     _, mismatches = await verify_projection(nc, stream, bucket)
     for mismatch in mismatches:
         report.anomalies.append(Anomaly("projection differs", mismatch.token, mismatch.reason))
@@ -319,3 +330,29 @@ async def check_run(
             report.anomalies.append(Anomaly("replay --verify", session_id, problem))
     report.counts["sessions"] = len(stored)
     return report
+
+
+async def _projected(client: ReminderClient, session_id: str) -> str:
+    """`session_seq@stream_seq` of the session's projection as a `state` query sees it."""
+    try:
+        reply = await client.request("state", {"session_id": session_id, "timeout_ms": 0})
+    except ReminderError as exc:
+        return f"unreadable ({exc.code})"
+    state = reply.get("state") or {}
+    degraded = state.get("degraded")
+    return f"{state.get('session_seq')}@{state.get('stream_seq')}" + (
+        f" degraded {degraded}" if degraded else ""
+    )
+
+
+async def _projector_consumer(nc: Client, stream: str) -> str:
+    """The projector's durable as the server sees it, for a run whose projection stalled."""
+    try:
+        info = await nc.jetstream().consumer_info(stream, PROJECTOR_DURABLE)
+    except Exception as exc:  # a diagnostic only: the anomaly stands without it
+        return f"consumer info failed: {type(exc).__name__}"
+    return (
+        f"consumer pending {info.num_pending}, ack pending {info.num_ack_pending}, "
+        f"redelivered {info.num_redelivered}, waiting {info.num_waiting}, "
+        f"delivered {info.delivered.stream_seq}, ack floor {info.ack_floor.stream_seq}"
+    )

@@ -145,3 +145,12 @@ async def test_a_resend_on_reconnection_does_not_postpone_the_resend_on_silence(
     await moved
     assert reply == {"ok": True, "attempt": 3}
     assert asyncio.get_running_loop().time() - started < 0.9  # not 0.4 + 0.6
+
+
+async def test_a_client_that_does_not_wait_for_a_gateway_is_answered_at_once() -> None:
+    nc = NobodyThenLive(lost=1)
+    client = ReminderClient(nc, timeout_s=5.0, wait_for_gateway=False)  # type: ignore[arg-type]
+    with pytest.raises(ReminderError) as raised:
+        await asyncio.wait_for(client.request("state", {"session_id": "s"}), 1.0)
+    assert raised.value.code == "unavailable"
+    assert len(nc.sent) == 1
