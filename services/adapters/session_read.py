@@ -211,6 +211,23 @@ async def session_messages(
     return messages, sent + len(messages)
 
 
+async def session_tail(
+    nc: Client, stream: str, session_id: str, after_seq: int, timeout_s: float = 5.0
+) -> tuple[list[RawStored], int] | None:
+    """One session's stored messages after `after_seq`, in order, and how many messages of
+    the session the stream holds in all (None when the server will not say). What a reader
+    that already folded the session up to `after_seq` needs to continue it and to check that
+    it did: the scan steps over the stream's messages after `after_seq` only."""
+    subject_filter = session_subject_filter(session_id)
+    state = await _session_state(nc, stream, subject_filter, timeout_s)
+    if state is None:
+        return None
+    messages = [
+        raw async for raw in iterate_direct(nc, stream, subject_filter, after_seq, 512, timeout_s)
+    ]
+    return messages, sum(state[0].values())
+
+
 async def _session_state(
     nc: Client, stream: str, subject_filter: str, timeout_s: float
 ) -> tuple[dict[str, int], int] | None:

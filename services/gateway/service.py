@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -46,11 +46,11 @@ from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import JetStreamApiError
 from services.adapters.leader_quorum import LeaderQuorum
-from services.adapters.lru import SizedLru
 from services.adapters.session_read import (
     READ_ATTEMPT_S,
     RawStored,
     session_messages,
+    session_tail,
     trusted_last_session_seq,
 )
 from services.adapters.settings import Settings
@@ -62,6 +62,7 @@ from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.replies import RETRY_AFTER_MS, error_reply, unavailable_reply
 from services.gateway.rpc import handle_rpc_bytes
+from services.gateway.session_cache import SessionCache, caught_up
 from services.gateway.tenancy import Tenancy, unscope_reply
 
 log = logging.getLogger("reminders.gateway")
@@ -77,82 +78,6 @@ REPLY_MARGIN_S = 0.1
 
 #: The per-command check of the caller (`CommandPorts.check_caller`).
 CallerCheck = Callable[[Command, SessionState], dict[str, Any] | None]
-
-
-#: Between two measures, each event folded into a cached state is charged this many bytes.
-EVENT_ALLOWANCE_BYTES = 128
-#: A cached state is measured again once it has folded one event per this many bytes of its
-#: last measure: encoding costs about as much per byte as anything, so this spends about one
-#: kibibyte's encoding per event, whatever the state's size.
-REMEASURE_BYTES_PER_EVENT = 1024
-
-
-def encoded_bytes(state: SessionState) -> int:
-    """Bytes of the state encoded as JSON: the measure the cache's byte bound counts (the
-    bucket's canonical form is about as long, but several times slower to make)."""
-    return len(state.__pydantic_serializer__.to_json(state))
-
-
-@dataclass
-class _Slot:
-    """One cached session: the entry, its last measure and the events folded since."""
-
-    entry: CachedSession
-    measured: int
-    unmeasured_events: int = 0
-
-    @property
-    def size(self) -> int:
-        """What the slot counts against the byte bound."""
-        return self.measured + self.unmeasured_events * EVENT_ALLOWANCE_BYTES
-
-
-class SessionCache:
-    """LRU of folded sessions, bounded by count and by the bytes of their encoded states.
-
-    A folded state holds what its session's history grew (replies, envelopes, ids) up to
-    `max_payload_bytes`, so a bound by count alone bounds nothing a deployment can size.
-    A state read from the log is measured (`encoded_bytes`; the read costs far more); a
-    state the command path folds further is charged `EVENT_ALLOWANCE_BYTES` per event and
-    measured again every `measured / REMEASURE_BYTES_PER_EVENT` events, so that measuring
-    stays a small constant share of a command however large the session."""
-
-    def __init__(self, capacity: int, capacity_bytes: int = 32 * 1024 * 1024) -> None:
-        self._capacity = capacity
-        self._capacity_bytes = capacity_bytes
-        self._slots: SizedLru[_Slot] = SizedLru(capacity_bytes, capacity)
-
-    def __len__(self) -> int:
-        return len(self._slots)
-
-    @property
-    def cached_bytes(self) -> int:
-        """What the cached sessions count against the byte bound."""
-        return self._slots.bytes
-
-    def get(self, session_id: str) -> CachedSession | None:
-        """The cached entry, freshened in LRU order."""
-        slot = self._slots.get(session_id)
-        return None if slot is None else slot.entry
-
-    def put(self, session_id: str, entry: CachedSession, folded_events: int | None = None) -> None:
-        """Remember an entry, evicting the least recently used beyond either bound.
-
-        `folded_events`: how many events `entry` folded onto the entry cached before (its
-        size then follows from the old one's); None measures the state."""
-        if self._capacity == 0 or self._capacity_bytes == 0:
-            return
-        old = self._slots.pop(session_id)
-        if old is not None and folded_events is not None:
-            unmeasured = old.unmeasured_events + folded_events
-            if unmeasured * REMEASURE_BYTES_PER_EVENT <= old.measured:
-                self._slots.put(session_id, _Slot(entry, old.measured, unmeasured))
-                return
-        self._slots.put(session_id, _Slot(entry, encoded_bytes(entry.state)))
-
-    def drop(self, session_id: str) -> None:
-        """Forget a session (after a conflict)."""
-        self._slots.pop(session_id)
 
 
 class RateLimiter:
@@ -289,6 +214,11 @@ class NatsCommandPorts:
         after stream seq `events_after` (none for None); each direct get is one attempt
         (`READ_ATTEMPT_S`), after which the command path tries again."""
         attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
+        behind = self.cache.behind(session_id)
+        if behind is not None:
+            caught = await self._catch_up(session_id, behind, timeout_s, events_after)
+            if caught is not None:
+                return caught
         try:
             messages, _ = await asyncio.wait_for(
                 session_messages(self._nc, self._settings.stream, session_id, timeout_s=attempt_s),
@@ -310,6 +240,35 @@ class NatsCommandPorts:
             profile.add("session_read", since)
             profile.count("session_reads")
         return entry, kept
+
+    async def _catch_up(
+        self, session_id: str, base: CachedSession, timeout_s: float, events_after: int | None
+    ) -> tuple[CachedSession, list[tuple[Event, int]]] | None:
+        """The cached entry behind the log, with what follows it in the log folded on
+        (`caught_up`); None when the session must be read whole."""
+        attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
+        after = (
+            base.last_stream_seq
+            if events_after is None
+            else min(base.last_stream_seq, events_after)
+        )
+        profile = stages.PROFILE
+        try:
+            tail = await asyncio.wait_for(
+                session_tail(self._nc, self._settings.stream, session_id, after, attempt_s),
+                timeout_s,
+            )
+        except (TimeoutError, NatsError, JetStreamApiError) as exc:
+            raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        since = 0.0 if profile is None else profile.now()
+        caught = None if tail is None else caught_up(base, tail[0], tail[1], events_after)
+        if caught is not None:
+            entry, _ = caught
+            self.cache.put(session_id, entry, entry.state.session_seq - base.state.session_seq)
+        if profile is not None:
+            profile.add("session_caught_up", since)
+            profile.count("session_catch_ups")
+        return caught
 
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         """Group-commit the append, carrying the command's trace context."""
@@ -333,8 +292,9 @@ class NatsCommandPorts:
             profile.add("fold", since)
 
     def forget_cached(self, session_id: str, conflict: bool) -> None:
-        """Drop the cached session; count a conflict."""
-        self.cache.drop(session_id)
+        """Mark the cached session behind the log (the next read catches it up); count a
+        conflict."""
+        self.cache.mark_behind(session_id)
         if conflict and self._metrics is not None:
             self._metrics.conflicts.add(1)
 

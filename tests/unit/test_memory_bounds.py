@@ -29,12 +29,14 @@ from services.adapters.settings import Settings
 from services.gateway.command import CachedSession
 from services.gateway.service import (
     ACTIVE_WINDOW_S,
-    EVENT_ALLOWANCE_BYTES,
-    REMEASURE_BYTES_PER_EVENT,
     CommandService,
     RateLimiter,
-    SessionCache,
     _decoded,
+)
+from services.gateway.session_cache import (
+    EVENT_ALLOWANCE_BYTES,
+    REMEASURE_BYTES_PER_EVENT,
+    SessionCache,
     encoded_bytes,
 )
 

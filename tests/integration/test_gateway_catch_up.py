@@ -1,0 +1,60 @@
+"""A gateway whose cached session fell behind the log (another replica appended) catches
+it up from the events after it — it does not read the session's whole history again — and
+ends with exactly the state a whole read folds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from nats.aio.client import Client
+
+from contracts.decode import decode
+from contracts.state import SessionState
+from core import fold_all
+from services.adapters.session_read import read_session
+from services.adapters.settings import Settings
+from services.gateway import service as gateway_service
+from services.gateway.committer import GroupCommitter
+from services.gateway.service import CommandService
+
+SESSION = "behind"
+
+
+async def test_a_replica_behind_the_log_catches_up_from_its_cached_state(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    committers = [GroupCommitter(nc), GroupCommitter(nc)]
+    a, b = (CommandService(nc, provisioned, c) for c in committers)
+    for committer in committers:
+        committer.start()
+
+    async def inject(replica: CommandService, n: int) -> dict[str, Any]:
+        payload = {"session_id": SESSION, "request_id": f"r{n}", "reminder": {"body": f"n{n}"}}
+        return await replica.handle("inject", orjson.dumps(payload))
+
+    try:
+        for n in range(20):  # B reads the session once and caches it as it writes
+            assert (await inject(b, n))["ok"]
+        for n in range(20, 25):  # A appends behind B's back
+            assert (await inject(a, n))["ok"]
+        whole_reads: list[str] = []
+        original = gateway_service.session_messages
+
+        async def counted(nc: Client, stream: str, session_id: str, **kw: Any) -> Any:
+            whole_reads.append(session_id)
+            return await original(nc, stream, session_id, **kw)
+
+        monkeypatch.setattr(gateway_service, "session_messages", counted)
+        reply = await inject(b, 25)  # conflicts on B's stale cache, then catches up
+        assert reply["ok"] and reply["session_seq"] == 26
+        assert whole_reads == []
+    finally:
+        for committer in committers:
+            await committer.stop()
+    rows = await read_session(nc, provisioned.stream, SESSION, timeout_s=5)
+    folded = fold_all(SessionState(), [(decode(r.envelope), r.stream_seq) for r in rows])
+    cached = b._ports.cache.get(SESSION)
+    assert cached is not None and cached.state == folded
+    assert cached.last_stream_seq == rows[-1].stream_seq
