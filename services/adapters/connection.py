@@ -124,9 +124,7 @@ async def connect_url(
         **(options or {}),
     }
     # A server that stopped answering is tried last (see `LeaveStaleServer`).
-    failover = timing.setdefault(
-        "reconnect_to_server_handler", LeaveStaleServer(timing["reconnect_time_wait"])
-    )
+    failover = LeaveStaleServer(timing["reconnect_time_wait"])
     attempt = asyncio.ensure_future(
         nc.connect(
             server_urls(url),
@@ -134,6 +132,7 @@ async def connect_url(
             max_reconnect_attempts=-1,
             allow_reconnect=True,
             error_cb=record,
+            reconnect_to_server_handler=failover,
             **timing,
         )
     )
@@ -146,8 +145,7 @@ async def connect_url(
         gave_up.cancel()
     connecting = False
     if attempt in done and attempt.exception() is None:
-        if isinstance(failover, LeaveStaleServer):
-            failover.connected(nc)
+        failover.connected(nc)
         return nc
     if attempt in done:
         errors.append(attempt.exception())  # type: ignore[arg-type]
