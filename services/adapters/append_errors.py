@@ -1,9 +1,12 @@
 """What each way an atomic append can fail means for the command that sent it — in one table.
 
 Every JetStream error code an atomic batch append can meet (the codes of nats-server's
-`server/errors.json`) is sorted into one of four answers:
-- conflict: the session moved on (or another append of it was in process): nothing was
-  stored; re-read the session and decide again;
+`server/errors.json`) is sorted into one of five answers:
+- conflict: the session moved on: nothing was stored; re-read the session and decide again;
+- in process: another append of the session was proposed and is not settled yet (it may be
+  an earlier attempt of the same command): nothing of this batch was stored, and the
+  session's next state is unknown until that append lands or is dropped — on a leader cut
+  off from its quorum, not before it steps down; wait like an absent log, then re-read;
 - uncertain: the batch may be stored, or may still land: re-read, and look for the
   command's own events before deciding again; past the deadline, tell the caller to retry
   with the same `request_id`;
@@ -28,8 +31,11 @@ from services.adapters.jetstream import JetStreamApiError
 class AppendFailure(Enum):
     """Why an atomic append did not return a PubAck, as far as the caller can know."""
 
-    #: The session moved on, or another append of it was in process. Nothing was stored.
+    #: The session moved on. Nothing was stored.
     CONFLICT = "conflict"
+    #: Another append of the session is proposed but not settled. Nothing of this batch was
+    #: stored; the session's next state is unknown until that append lands or is dropped.
+    IN_PROCESS = "in process"
     #: The stream could not take it now (no leader, no responders, 5xx). Nothing was stored.
     UNAVAILABLE = "unavailable"
     #: No answer, a cut connection or a duplicate `Nats-Msg-Id`: it may be stored, or may
@@ -40,15 +46,18 @@ class AppendFailure(Enum):
 
 
 CONFLICT, UNCERTAIN = AppendFailure.CONFLICT, AppendFailure.UNCERTAIN
+IN_PROCESS = AppendFailure.IN_PROCESS
 UNAVAILABLE, REFUSED = AppendFailure.UNAVAILABLE, AppendFailure.REFUSED
 
 #: err_code → (answer, the server's description and why that answer).
 APPEND_ERRORS: dict[int, tuple[AppendFailure, str]] = {
     10071: (CONFLICT, "wrong last sequence: N — the session's last event is not the expected"),
     10164: (
-        CONFLICT,
-        "wrong last sequence — an append of the session was in process (right after a "
-        "partition heals, say): a lost race",
+        IN_PROCESS,
+        "wrong last sequence (no number) — the session's subject has an append proposed and "
+        "not yet applied: another writer's, or this command's own earlier attempt still "
+        "waiting for a quorum (on a leader cut off from its cluster it waits until that "
+        "leader steps down)",
     ),
     10158: (
         UNCERTAIN,
@@ -96,8 +105,9 @@ APPEND_ERRORS: dict[int, tuple[AppendFailure, str]] = {
 def append_failure(exc: BaseException) -> AppendFailure:
     """Classify an exception raised by `publish_atomic` (the table above).
 
-    Only a wrong expected sequence is a conflict: a leader election, a timeout or "JetStream
-    not available" says nothing about the session, and must not be retried as if it did.
+    Only a wrong expected sequence that names the session's last one is a conflict: a leader
+    election, a timeout, an append still in process or "JetStream not available" says
+    nothing settled about the session, and must not be retried as if it did.
     """
     if isinstance(exc, JetStreamApiError):
         known = APPEND_ERRORS.get(exc.err_code)

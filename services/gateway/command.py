@@ -3,11 +3,12 @@ the caller, decide, commit, reply — retried within the command's deadline.
 
 Three failures, three answers. A wrong expected sequence (the session moved on) is a
 conflict: re-read and decide again, at most `conflict_retries` times. The log being away —
-a leader election, no responders, a read that timed out — says nothing about the session:
-wait and try again until the deadline nears, then answer `unavailable` with
-`retry_after_ms`. A commit whose outcome is unknown (lost PubAck, timeout) may land even
-later, so from then on every re-read first looks for this command's events after the state
-it was decided on, and answers from the log if they are there.
+a leader election, no responders, a read that timed out, another append of the session
+still in process — says nothing settled about the session: wait and try again until the
+deadline nears, then answer `unavailable` with `retry_after_ms`. A commit whose outcome is
+unknown (lost PubAck, timeout) may land even later, so from then on every re-read first
+looks for this command's events after the state it was decided on, and answers from the
+log if they are there.
 
 `CommandPorts` is everything the path touches outside the core; `service.py` wires it to
 NATS, the unit tests to fakes.
@@ -31,6 +32,7 @@ from services.adapters.append import SessionAppend
 from services.gateway.committer import (
     CommitConflict,
     CommitFailed,
+    CommitInProcess,
     CommitUnavailable,
     CommitUncertain,
 )
@@ -156,6 +158,12 @@ async def run_command(
         except _Uncertain as exc:
             ports.forget_cached(command.session_id, conflict=False)
             again = await retries.after_uncertain(exc.decided_on, exc.__cause__ or exc)
+        except CommitInProcess as exc:
+            # Not a conflict: the append in process may be this command's own earlier
+            # attempt, held by a leader without a quorum; a few quick retries would call
+            # the session "changing" while nothing can land at all.
+            ports.forget_cached(command.session_id, conflict=False)
+            again = await retries.after_unavailable(exc)
         except (CommitUnavailable, LogUnavailable) as exc:
             again = await retries.after_unavailable(exc)
         except CommitFailed as exc:

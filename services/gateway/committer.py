@@ -33,6 +33,11 @@ class CommitConflict(Exception):
     """The session moved on since it was read (expectation failed)."""
 
 
+class CommitInProcess(Exception):
+    """Another append of the session is proposed and not yet settled; nothing of this batch
+    was stored, and the session's next state is unknown until that append settles."""
+
+
 class CommitUncertain(Exception):
     """The batch may or may not be stored (lost PubAck, duplicate id): re-read to know."""
 
@@ -56,6 +61,7 @@ class _Waiting:
 
 _FAILURES: dict[AppendFailure, type[Exception]] = {
     AppendFailure.CONFLICT: CommitConflict,
+    AppendFailure.IN_PROCESS: CommitInProcess,
     AppendFailure.UNAVAILABLE: CommitUnavailable,
     AppendFailure.UNCERTAIN: CommitUncertain,
     AppendFailure.REFUSED: CommitFailed,
@@ -200,10 +206,15 @@ class GroupCommitter:
 
     def _watch_leader(self, exc: BaseException, failure: AppendFailure) -> None:
         """Tell the fail-over whether a leader answered: a conflict or a refusal is an answer;
-        no responders, no answer at all or a "no leader" error is not."""
+        no responders, no answer at all, a "no leader" error or an append still in process
+        is not (a leader cut off from its quorum answers that for every session whose
+        earlier append it still holds, so it must not count as a working leader)."""
         if self._failover is None:
             return
-        answered = isinstance(exc, JetStreamApiError) and failure is not AppendFailure.UNAVAILABLE
+        answered = isinstance(exc, JetStreamApiError) and failure not in (
+            AppendFailure.UNAVAILABLE,
+            AppendFailure.IN_PROCESS,
+        )
         if answered:
             self._failover.answered()
         else:

@@ -84,12 +84,23 @@ class ClusterNode(EmbeddedNats):
                 self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
+    def last_log_lines(self, count: int = 3) -> str:
+        """The end of the server's log (why it exited), for the error of a test that failed
+        before any artefact of it could be kept."""
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return "no log"
+        return " | ".join(lines[-count:])
+
     def wait_healthy(self, timeout_s: float = 60.0) -> None:
         """Block until /healthz answers 200 (JetStream recovered and current)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
-                raise EmbeddedServerError(f"{self.name} exited; see {self.log_path}")
+                raise EmbeddedServerError(
+                    f"{self.name} exited; see {self.log_path}: {self.last_log_lines()}"
+                )
             if self.healthy():
                 return
             time.sleep(0.1)

@@ -261,10 +261,39 @@ def _seq_in(op: str, reply: dict[str, Any]) -> int:
 # --------------------------------------------------------------------------- the check
 
 
+async def replicas_current(nc: Client, stream: str, bound_s: float = 90.0) -> None:
+    """Wait (bounded) until the stream has a leader and its leader sees every replica
+    current: the log is read with direct gets, which the replica nearest the reader answers,
+    and a node that rejoins after a partition answers from its own store until it caught up
+    (found in CI: an inject the majority had acked looked "lost" when the read came from the
+    isolated former leader, whose /healthz already passed)."""
+    deadline = time.monotonic() + bound_s
+    seen = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            info = await nc.jetstream().stream_info(stream)
+        except Exception as exc:  # an election in progress: ask again
+            seen = f"{type(exc).__name__}"
+        else:
+            cluster = info.cluster
+            if cluster is None:
+                return  # a single server: nothing to wait for
+            peers = cluster.replicas or []
+            if cluster.leader and all(p.current and not p.offline for p in peers):
+                return
+            seen = f"leader {cluster.leader}, replicas " + ", ".join(
+                f"{p.name} current={p.current} offline={p.offline} lag={p.lag}" for p in peers
+            )
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"stream {stream} never had every replica current: {seen}")
+
+
 async def logs_of(
     nc: Client, stream: str
 ) -> tuple[dict[str, list[Event]], dict[str, list[StoredEvent]]]:
-    """Every session's events (checker form, and as stored), read from the stream."""
+    """Every session's events (checker form, and as stored), read from the stream once
+    every replica is current (`replicas_current`)."""
+    await replicas_current(nc, stream)
     stored: dict[str, list[StoredEvent]] = {}
     async for row in iterate_stream(nc, stream, EVENT_FILTER):
         stored.setdefault(last_token(row.subject), []).append(row)

@@ -11,12 +11,13 @@ from services.adapters.append_errors import APPEND_ERRORS, AppendFailure, append
 from services.adapters.jetstream import JetStreamApiError
 
 CONFLICT, UNCERTAIN = AppendFailure.CONFLICT, AppendFailure.UNCERTAIN
+IN_PROCESS = AppendFailure.IN_PROCESS
 UNAVAILABLE, REFUSED = AppendFailure.UNAVAILABLE, AppendFailure.REFUSED
 
 #: (http-like code, err_code, the server's description, the answer).
 CASES = [
     (400, 10071, "wrong last sequence: 41", CONFLICT),
-    (400, 10164, "wrong last sequence", CONFLICT),
+    (400, 10164, "wrong last sequence", IN_PROCESS),
     (409, 10158, "duplicate message id is in process", UNCERTAIN),
     (400, 10201, "atomic publish batch contains duplicate message id", UNCERTAIN),
     (503, 10008, "JetStream system temporarily unavailable", UNAVAILABLE),

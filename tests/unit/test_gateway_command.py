@@ -19,6 +19,7 @@ from services.gateway.command import (
 from services.gateway.committer import (
     CommitConflict,
     CommitFailed,
+    CommitInProcess,
     CommitUnavailable,
     CommitUncertain,
 )
@@ -196,6 +197,26 @@ async def test_conflicts_after_an_unknown_outcome_never_give_up_as_a_definite_fa
     reply = await run(ports)
     assert reply["error"]["code"] == "unavailable"
     assert reply["error"]["details"]["maybe_applied"] is True
+    assert kinds(ports) == ["injected"]
+
+
+async def test_an_append_in_process_is_waited_out_and_never_called_a_conflict() -> None:
+    """Found by the fail-over test in CI: on a leader cut off from its quorum, the earlier
+    command's append of the session stays "in process" (10164); the next command's five
+    quick retries each met it and the gateway answered `conflict` ("the session kept
+    changing") while nothing could land at all."""
+    ports = FakePorts(*[CommitInProcess("wrong last sequence") for _ in range(1000)])
+    reply = await run(ports)
+    assert reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"] == {"retry_after_ms": 1000}
+    assert ports.conflicts == 0 and ports.log == []
+    assert ports.commits > ports.conflict_retries + 1  # retried until the deadline, paced
+
+
+async def test_an_append_in_process_that_settles_lets_the_command_through() -> None:
+    ports = FakePorts(*[CommitInProcess("wrong last sequence") for _ in range(3)])
+    reply = await run(ports)
+    assert reply["ok"] is True and ports.commits == 4 and ports.conflicts == 0
     assert kinds(ports) == ["injected"]
 
 

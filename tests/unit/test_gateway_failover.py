@@ -5,12 +5,19 @@ and the reconnection, against a fake connection."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlparse
 
+import orjson
+import pytest
+
+from services.adapters.append import SessionAppend
 from services.adapters.settings import Settings
 from services.gateway import failover
+from services.gateway.committer import CommitConflict, CommitInProcess, GroupCommitter
 from services.gateway.failover import Failover, LeaderWatch
+from tests.support import Driver
 
 
 class Clock:
@@ -104,3 +111,52 @@ async def test_an_answer_in_time_keeps_the_connection(monkeypatch: Any) -> None:
     over.leaderless()
     await asyncio.sleep(0.02)
     assert nc.forced == 0 and over.failovers == 0
+
+
+class RefusingConnection:
+    """Answers every batch's commit with one JetStream error."""
+
+    def __init__(self, err_code: int, description: str) -> None:
+        self.error = {"code": 400, "err_code": err_code, "description": description}
+
+    async def publish(self, subject: str, data: bytes, **_: Any) -> None:
+        return None
+
+    async def request(self, subject: str, data: bytes, timeout: float, **_: Any) -> Any:
+        return SimpleNamespace(data=orjson.dumps({"error": self.error}))
+
+
+class Watch:
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def answered(self) -> None:
+        self.said.append("answered")
+
+    def leaderless(self) -> None:
+        self.said.append("leaderless")
+
+
+@pytest.mark.parametrize(
+    ("err_code", "description", "said", "raised"),
+    [
+        (10071, "wrong last sequence: 4", "answered", CommitConflict),
+        # A leader cut off from its quorum answers this for every session whose earlier
+        # append it still holds: counting it as an answer kept the gateway there for good.
+        (10164, "wrong last sequence", "leaderless", CommitInProcess),
+    ],
+)
+async def test_only_a_settled_answer_tells_the_fail_over_a_leader_works(
+    err_code: int, description: str, said: str, raised: type[Exception]
+) -> None:
+    watch = Watch()
+    nc = RefusingConnection(err_code, description)
+    committer = GroupCommitter(nc, failover=watch)  # type: ignore[arg-type]
+    committer.start()
+    try:
+        events = Driver("s").run("inject", reminder={"body": "b"}).events
+        with pytest.raises(raised):
+            await committer.commit(SessionAppend("s", 0, events), 1.0)
+    finally:
+        await committer.stop()
+    assert watch.said == [said]
