@@ -14,7 +14,7 @@ from typing import Any
 
 import nats
 import orjson
-from nats.aio.client import Client
+from nats.aio.client import DEFAULT_RECONNECT_TIME_WAIT, Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -38,9 +38,6 @@ from services.adapters.telemetry import inject_traceparent
 READ_OPS = frozenset({StateQuery.op, PendingInjectionsQuery.op})
 #: How often a request waiting for its reply looks whether the connection was replaced.
 RECONNECT_CHECK_S = 0.1
-#: How long a connection waits before trying again a server that failed since it last
-#: answered (nats-py's own `reconnect_time_wait`).
-DEFAULT_RECONNECT_WAIT_S = 2.0
 #: After "no responders" (no gateway subscribed at that moment: one is moving to another
 #: node, or restarting), a read or a command with a `request_id` is sent again this soon.
 NO_RESPONDERS_RETRY_S = 0.25
@@ -93,7 +90,7 @@ class ReminderClient:
         options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
         failover = options.setdefault(
             "reconnect_to_server_handler",
-            LeaveStaleServer(options.get("reconnect_time_wait", DEFAULT_RECONNECT_WAIT_S)),
+            LeaveStaleServer(options.get("reconnect_time_wait", DEFAULT_RECONNECT_TIME_WAIT)),
         )
         nc = await nats.connect(url, name="reminders-client", max_reconnect_attempts=3, **options)
         if isinstance(failover, LeaveStaleServer):

@@ -124,7 +124,9 @@ async def connect_url(
         **(options or {}),
     }
     # A server that stopped answering is tried last (see `LeaveStaleServer`).
-    failover = LeaveStaleServer(timing["reconnect_time_wait"])
+    failover = timing.setdefault(
+        "reconnect_to_server_handler", LeaveStaleServer(timing["reconnect_time_wait"])
+    )
     attempt = asyncio.ensure_future(
         nc.connect(
             server_urls(url),
@@ -132,7 +134,6 @@ async def connect_url(
             max_reconnect_attempts=-1,
             allow_reconnect=True,
             error_cb=record,
-            reconnect_to_server_handler=failover,
             **timing,
         )
     )
@@ -145,7 +146,8 @@ async def connect_url(
         gave_up.cancel()
     connecting = False
     if attempt in done and attempt.exception() is None:
-        failover.connected(nc)
+        if isinstance(failover, LeaveStaleServer):
+            failover.connected(nc)
         return nc
     if attempt in done:
         errors.append(attempt.exception())  # type: ignore[arg-type]

@@ -14,11 +14,11 @@ import logging
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from nats.aio.client import Client
@@ -66,6 +66,8 @@ from services.gateway.session_cache import SessionCache, caught_up
 from services.gateway.tenancy import Tenancy, unscope_reply
 
 log = logging.getLogger("reminders.gateway")
+
+Read = TypeVar("Read")
 
 DECIDED_OPS = frozenset(command.op for command in DECIDED_COMMANDS)
 QUERY_OPS = frozenset(
@@ -134,6 +136,18 @@ class SessionLocks:
                 self._locks[session_id] = (lock, users - 1)
 
 
+async def _from_log(read: Callable[[], Awaitable[Read]], timeout_s: float) -> Read:
+    """A read of the log bounded by `timeout_s`, its failures (no answer in time, no
+    responders, an error status) as `LogUnavailable`. `read` makes the awaitable only once
+    there is time left for it: one made and never awaited is a warning on stderr."""
+    if timeout_s <= 0:
+        raise LogUnavailable("no time left")
+    try:
+        return await asyncio.wait_for(read(), timeout_s)
+    except (TimeoutError, NatsError, JetStreamApiError) as exc:
+        raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
 class NatsCommandPorts:
     """The command path's ports on NATS: the session cache, log reads, group commit."""
 
@@ -192,16 +206,12 @@ class NatsCommandPorts:
         taken only while that leader has heard from a quorum (`LeaderQuorum`); one attempt
         (`READ_ATTEMPT_S`): the command path tries again."""
         attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
-        try:
-            seq, trusted = await asyncio.wait_for(
-                self.quorum.read(
-                    self._last_seq(self._nc, self._settings.stream, session_id, attempt_s),
-                    attempt_s,
-                ),
-                attempt_s,
-            )
-        except (TimeoutError, NatsError, JetStreamApiError) as exc:
-            raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        seq, trusted = await _from_log(
+            lambda: self.quorum.read(
+                self._last_seq(self._nc, self._settings.stream, session_id, attempt_s), attempt_s
+            ),
+            attempt_s,
+        )
         if not trusted:
             # A leader cut off from its cluster answers from a log others may have written past.
             raise LogUnavailable("the stream's leader has not heard from a quorum lately")
@@ -219,14 +229,13 @@ class NatsCommandPorts:
             caught = await self._catch_up(session_id, behind, timeout_s, events_after)
             if caught is not None:
                 return caught
-        try:
-            messages, _ = await asyncio.wait_for(
-                session_messages(self._nc, self._settings.stream, session_id, timeout_s=attempt_s),
-                # The whole read (a long session takes several batches) within the deadline.
-                timeout_s,
-            )
-        except (TimeoutError, NatsError, JetStreamApiError) as exc:
-            raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        messages, _ = await _from_log(
+            lambda: session_messages(
+                self._nc, self._settings.stream, session_id, timeout_s=attempt_s
+            ),
+            # The whole read (a long session takes several batches) within the deadline.
+            timeout_s,
+        )
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
         last = messages[-1].stream_seq if messages else 0
@@ -253,13 +262,10 @@ class NatsCommandPorts:
             else min(base.last_stream_seq, events_after)
         )
         profile = stages.PROFILE
-        try:
-            tail = await asyncio.wait_for(
-                session_tail(self._nc, self._settings.stream, session_id, after, attempt_s),
-                timeout_s,
-            )
-        except (TimeoutError, NatsError, JetStreamApiError) as exc:
-            raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        tail = await _from_log(
+            lambda: session_tail(self._nc, self._settings.stream, session_id, after, attempt_s),
+            timeout_s,
+        )
         since = 0.0 if profile is None else profile.now()
         caught = None if tail is None else caught_up(base, tail[0], tail[1], events_after)
         if caught is not None:
