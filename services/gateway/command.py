@@ -168,6 +168,15 @@ async def run_command(
             again = await retries.after_unavailable(exc)
         except CommitFailed as exc:
             log.error("batch refused", extra={"op": command.op, "error": str(exc)})
+            if retries.unsure_after is not None:
+                # This attempt stored nothing, but an earlier one's outcome is unknown: the
+                # caller must not take the refusal for proof that nothing was applied.
+                return error_reply(
+                    ErrorCode.UNAVAILABLE,
+                    "the log refused the append; an earlier attempt may yet be applied: "
+                    "retry with the same request_id",
+                    maybe_applied=True,
+                )
             return error_reply(ErrorCode.UNAVAILABLE, "the log refused the append")
         if not again:
             break

@@ -272,6 +272,16 @@ async def test_a_permanent_refusal_is_answered_at_once() -> None:
     assert ports.now == 100.0
 
 
+async def test_a_refusal_after_an_unknown_outcome_says_the_first_may_be_applied() -> None:
+    """Found in review: the refusal of a later attempt was answered as a definite failure,
+    though the first attempt's batch (its PubAck lost) may have been stored."""
+    ports = FakePorts(CommitUncertain("PubAck lost"), CommitFailed("too large"))
+    reply = await run(ports)
+    assert reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"] == {"maybe_applied": True}
+    assert "same request_id" in reply["error"]["message"]
+
+
 async def test_a_rejected_command_appends_nothing_and_commits_nothing() -> None:
     command, warnings = parse_command("revoke", {"session_id": "s1", "reminder_id": "nope"})
     ports = FakePorts()
