@@ -29,6 +29,7 @@ from contracts.subjects import last_token
 from replay.rebuild import verify_projection
 from replay.source import EVENT_FILTER, iterate_stream
 from replay.verify import verify
+from services.adapters.leader_quorum import HEARD_WITHIN_S
 from services.projector.partitions import DURABLE as PROJECTOR_DURABLE
 from tests.faults.checker import INDETERMINATE_CODES, Anomaly, Event, Op, Report, check
 
@@ -262,28 +263,44 @@ def _seq_in(op: str, reply: dict[str, Any]) -> int:
 
 
 async def replicas_current(nc: Client, stream: str, bound_s: float = 90.0) -> None:
-    """Wait (bounded) until the stream has a leader and its leader sees every replica
-    current: the log is read with direct gets, which the replica nearest the reader answers,
-    and a node that rejoins after a partition answers from its own store until it caught up
-    (found in CI: an inject the majority had acked looked "lost" when the read came from the
-    isolated former leader, whose /healthz already passed)."""
+    """Wait (bounded) until the stream's leader has heard from every replica lately and
+    sees each current: the log is read with direct gets, which the replica nearest the
+    reader answers, and a node that rejoins after a partition answers from its own store
+    until it caught up (found in CI: an inject the majority had acked looked "lost" when the
+    read came from the isolated former leader, whose /healthz already passed). Asked of
+    such a node before it has rejoined, `STREAM.INFO` still names itself leader and its
+    followers current; only how long ago it heard from them (`active`, the rule of
+    `services.adapters.leader_quorum`) tells, so that is checked too."""
     deadline = time.monotonic() + bound_s
     seen = "no answer"
+    passed: tuple[str, int] | None = None  # (leader, last seq) of the last answer that passed
     while time.monotonic() < deadline:
         try:
-            info = await nc.jetstream().stream_info(stream)
+            reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=2.0)
+            info = json.loads(reply.data)
         except Exception as exc:  # an election in progress: ask again
-            seen = f"{type(exc).__name__}"
+            seen = type(exc).__name__
         else:
-            cluster = info.cluster
-            if cluster is None:
+            cluster = info.get("cluster") if isinstance(info, dict) else None
+            if cluster is None and isinstance(info, dict) and "error" not in info:
                 return  # a single server: nothing to wait for
-            peers = cluster.replicas or []
-            if cluster.leader and all(p.current and not p.offline for p in peers):
-                return
-            seen = f"leader {cluster.leader}, replicas " + ", ".join(
-                f"{p.name} current={p.current} offline={p.offline} lag={p.lag}" for p in peers
-            )
+            peers = (cluster or {}).get("replicas") or []
+            if (cluster or {}).get("leader") and all(
+                peer.get("current")
+                and not peer.get("offline")
+                and float(peer.get("active", 0)) / 1e9 < HEARD_WITHIN_S
+                for peer in peers
+            ):
+                # Twice in a row, the same: a former leader whose routes just came back
+                # hears from its followers a moment before it learns it was replaced.
+                now = (str(cluster["leader"]), int((info.get("state") or {}).get("last_seq", 0)))
+                if passed == now:
+                    return
+                passed = now
+                await asyncio.sleep(0.5)
+                continue
+            passed = None
+            seen = f"{info}"[:400]
         await asyncio.sleep(0.2)
     raise AssertionError(f"stream {stream} never had every replica current: {seen}")
 
