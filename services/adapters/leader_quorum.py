@@ -36,17 +36,19 @@ HEARD_WITHIN_S = 2.0
 MAX_AGE_S = 1.0
 
 
+def heard_lately(peer: dict[str, Any]) -> bool:
+    """Whether a follower of a `STREAM.INFO` answer is online and its leader heard from it
+    within `HEARD_WITHIN_S` (`active` is nanoseconds since then)."""
+    return not peer.get("offline") and float(peer.get("active", 0)) / 1e9 < HEARD_WITHIN_S
+
+
 def leader_in_quorum(info: dict[str, Any], replicas: int) -> bool:
     """Whether a `STREAM.INFO` answer shows a leader that heard from a quorum of the
     stream's `replicas` (itself included) within `HEARD_WITHIN_S`."""
     cluster = info.get("cluster") or {}
     if "error" in info or not cluster.get("leader"):
         return False
-    heard = sum(
-        1
-        for peer in cluster.get("replicas") or []
-        if not peer.get("offline") and float(peer.get("active", 0)) / 1e9 < HEARD_WITHIN_S
-    )
+    heard = sum(1 for peer in cluster.get("replicas") or [] if heard_lately(peer))
     return 1 + heard > replicas // 2
 
 

@@ -29,7 +29,7 @@ from contracts.subjects import last_token
 from replay.rebuild import verify_projection
 from replay.source import EVENT_FILTER, iterate_stream
 from replay.verify import verify
-from services.adapters.leader_quorum import HEARD_WITHIN_S
+from services.adapters.leader_quorum import heard_lately
 from services.projector.partitions import DURABLE as PROJECTOR_DURABLE
 from tests.faults.checker import INDETERMINATE_CODES, Anomaly, Event, Op, Report, check
 
@@ -281,15 +281,12 @@ async def replicas_current(nc: Client, stream: str, bound_s: float = 90.0) -> No
         except Exception as exc:  # an election in progress: ask again
             seen = type(exc).__name__
         else:
-            cluster = info.get("cluster") if isinstance(info, dict) else None
-            if cluster is None and isinstance(info, dict) and "error" not in info:
+            if isinstance(info, dict) and "error" not in info and "cluster" not in info:
                 return  # a single server: nothing to wait for
-            peers = (cluster or {}).get("replicas") or []
-            if (cluster or {}).get("leader") and all(
-                peer.get("current")
-                and not peer.get("offline")
-                and float(peer.get("active", 0)) / 1e9 < HEARD_WITHIN_S
-                for peer in peers
+            cluster = (info.get("cluster") if isinstance(info, dict) else None) or {}
+            peers = cluster.get("replicas") or []
+            if cluster.get("leader") and all(
+                peer.get("current") and heard_lately(peer) for peer in peers
             ):
                 # Twice in a row, the same: a former leader whose routes just came back
                 # hears from its followers a moment before it learns it was replaced.
