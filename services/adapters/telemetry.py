@@ -197,6 +197,24 @@ def labelled_count(meter: Meter, name: str, description: str) -> LabelledCount:
     return _COUNTS[key][1]
 
 
+def session_cache_gauge(meter: Meter, cached_bytes: Callable[[], int], bound_bytes: int) -> None:
+    """Expose how full a service's session cache is: the encoded bytes it counts against its
+    bound, and the bound. A service's memory grows until its cache is full, so this is what
+    tells warm-up from growth (`docs/observability.md`)."""
+    meter.create_observable_gauge(
+        "reminders_session_cache_bytes",
+        callbacks=[lambda _options: [Observation(cached_bytes())]],
+        unit="By",
+        description="Encoded bytes of the session states this process caches",
+    )
+    meter.create_observable_gauge(
+        "reminders_session_cache_bound_bytes",
+        callbacks=[lambda _options: [Observation(bound_bytes)]],
+        unit="By",
+        description="The bound on reminders_session_cache_bytes",
+    )
+
+
 @dataclass
 class GatewayMetrics:
     """Instruments of the gateway (SPEC §10)."""

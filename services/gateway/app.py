@@ -13,6 +13,7 @@ from services.adapters.settings import Settings
 from services.adapters.telemetry import (
     GatewayMetrics,
     meter_provider,
+    session_cache_gauge,
     tracer_provider,
     tracing_enabled,
 )
@@ -36,6 +37,10 @@ class GatewayParts:
         """Sessions active at this gateway (0 before it started)."""
         return self.service.active_sessions() if self.service is not None else 0
 
+    def cached_bytes(self) -> int:
+        """Encoded bytes in this gateway's session cache (0 before it started)."""
+        return self.service.cached_bytes() if self.service is not None else 0
+
 
 @dataclass
 class Gateway:
@@ -56,6 +61,7 @@ class Gateway:
             stages.profile_client_io(runtime.connection, stages.PROFILE)
         meter = meter_provider("reminders-gateway").get_meter("gateway")
         metrics = GatewayMetrics.create(meter, parts.active_sessions)
+        session_cache_gauge(meter, parts.cached_bytes, self.settings.gateway_cache_bytes)
         parts.failover = Failover(runtime.connection, self.settings.failover_after_s)
         parts.committer = GroupCommitter(
             runtime.connection,

@@ -360,6 +360,10 @@ class CommandService:
         self._forget_inactive(time.monotonic() - window_s)
         return len(self._last_seen)
 
+    def cached_bytes(self) -> int:
+        """Encoded bytes of the session states this gateway caches (against its bound)."""
+        return self._ports.cache.cached_bytes
+
     def _seen(self, session_id: str, now: float) -> None:
         """Note a session's command; forget those quiet for longer than the gauge's window
         here too, since nothing else trims them while no one reads the gauge."""

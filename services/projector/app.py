@@ -21,6 +21,7 @@ from services.adapters.telemetry import (
     ProjectorMetrics,
     consumer_span,
     meter_provider,
+    session_cache_gauge,
     tracer_provider,
 )
 from services.projector.adapters import JetStreamDeadLetters, LeaderSessionLog, NatsDelivery
@@ -88,6 +89,10 @@ class ProjectorWorker:
             JetStreamDeadLetters(runtime.js),
             cache_bytes=self.settings.projector_cache_bytes,
             log=LeaderSessionLog(runtime.connection, self.settings.stream),
+        )
+        projector = self.projector
+        session_cache_gauge(
+            meter, lambda: projector.cached_bytes, self.settings.projector_cache_bytes
         )
         collect_less_often()
 

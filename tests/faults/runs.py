@@ -11,12 +11,14 @@ import json
 import os
 import random
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from cli.provision import provision_all
 from cli.supervisor import ServiceProcess, SupervisorError, spawn_service, wait_ready
@@ -67,6 +69,33 @@ class Services:
     def pids(self) -> dict[str, int]:
         """Each live service's pid, by label."""
         return {label: proc.process.pid for label, (_, _, proc) in self.procs.items()}
+
+    def cache_fill(self) -> dict[str, float]:
+        """How full each service's session cache is (bytes over bound, from its /metrics),
+        by label, for the services that have one and answered."""
+        fill = {}
+        for label, (_, _, proc) in self.procs.items():
+            gauges = scrape_gauges(proc.http_port)
+            cached = gauges.get("reminders_session_cache_bytes")
+            bound = gauges.get("reminders_session_cache_bound_bytes")
+            if cached is not None and bound:
+                fill[label] = cached / bound
+        return fill
+
+
+def scrape_gauges(port: int) -> dict[str, float]:
+    """The unlabelled samples of a service's /metrics (empty when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not set(sample.labels) - {"otel_scope_name", "otel_scope_version"}
+    }
 
 
 async def provisioned(settings: Settings) -> None:

@@ -2,7 +2,10 @@
 with a fault every minute (the cluster nemeses in turn: isolate the leader, a 2/1 split,
 SIGSTOP of the leader, kill -9 of the leader and of a follower), the recorded history checked
 at the end (zero anomalies), and the resident memory of every service sampled every 10 s:
-after warm-up (the first fifth of the run) each stays within 10 % (the curve is printed).
+after warm-up each stays within 10 % (the curve is printed). Warm-up lasts at least the first
+fifth of the run, and until every service's session cache is full
+(`reminders_session_cache_bytes` against its bound, scraped with each sample): a service's
+memory grows while its cache fills, by design, and only the curve after that shows a leak.
 
 Service processes are not killed here, so each memory curve is one process's. Shorter runs:
 `REMINDERS_SOAK_S` (default 1800) and `REMINDERS_SOAK_FAULT_EVERY_S` (default 60).
@@ -57,6 +60,7 @@ async def test_soak(
     duration = float(os.environ.get("REMINDERS_SOAK_S", "1800"))
     every = float(os.environ.get("REMINDERS_SOAK_FAULT_EVERY_S", "60"))
     samples: list[tuple[float, dict[str, float]]] = []
+    fills: list[dict[str, float]] = []
     turn = 0
 
     async def nemesis(ctx: Ctx) -> None:
@@ -69,18 +73,45 @@ async def test_soak(
     async def watch(ctx: Ctx) -> None:
         while True:
             row = {label: rss_mib(pid) for label, pid in ctx.services.pids().items()}
+            fill = await asyncio.to_thread(ctx.services.cache_fill)
             samples.append((ctx.history.now(), {k: v for k, v in row.items() if v is not None}))
+            fills.append(fill)
             await asyncio.sleep(10.0)
 
     shape = RunShape(sessions=12, warmup_s=5.0, quiet_s=0.0, max_s=duration, pause_s=0.05)
     report, history, _ = await run_checked(
         proxied, settings, tmp_path / "run", shape, nemesis, watch
     )
-    curve = [{"t": round(t, 1), **{k: round(v, 1) for k, v in row.items()}} for t, row in samples]
+    curve = [
+        {"t": round(t, 1), **{k: round(v, 1) for k, v in row.items()}}
+        | {f"{k}_cache_fill": round(v, 2) for k, v in fill.items()}
+        for (t, row), fill in zip(samples, fills, strict=True)
+    ]
     print("rss_mib curve:", json.dumps(curve))
     assert report.anomalies == [], f"history {history.path}\n{report.summary()}"
-    warm = samples[len(samples) // 5 :]
-    assert len(warm) >= 3, "too short to judge memory"
+    caches = set().union(*fills)
+    assert {"gateway-a", "projector-a"} <= caches, f"no cache gauge scraped: {caches}"
+    start = warmed_up(fills)
+    warm = samples[start:]
+    assert len(warm) >= 3, f"too short to judge memory: caches full only from sample {start}"
     for label in warm[0][1]:
         values = [row[label] for _, row in warm if label in row]
         assert max(values) <= 1.10 * min(values), f"{label} RSS not flat: {values}"
+
+
+#: A cache this full is full: its LRU evicts the oldest state once the next one would pass
+#: the bound, so it stays within one state's size of it.
+FULL = 0.9
+
+
+def warmed_up(fills: list[dict[str, float]]) -> int:
+    """The first sample after warm-up: past the first fifth of the run, and from the first
+    sample on which every service's session cache was full and stayed so (a service's memory
+    grows while its cache fills; `reminders_session_cache_bytes`)."""
+    start = len(fills) // 5
+    caches: set[str] = set().union(*fills)
+    for index in range(len(fills) - 1, -1, -1):
+        fill = fills[index]
+        if not caches <= fill.keys() or min(fill[label] for label in caches) < FULL:
+            return max(start, index + 1)
+    return start
