@@ -73,13 +73,20 @@ class Settings(BaseModel):
         "command is answered `unavailable` with `retry_after_ms` at once (load shedding).",
     )
     shed_latency_ms: int = Field(
-        # Off by default: measured (docs/reliability.md, overload), a 20 ms target halved the
-        # admitted overload p99 but also the throughput of a closed-loop burst past the cap.
         default=0,
         ge=0,
         description="REMINDERS_SHED_LATENCY_MS: while a gateway sheds commands, it lowers its "
         "in-flight bound so that the commands it admits are answered within this mean "
-        "latency (0: the bound stays at REMINDERS_MAX_IN_FLIGHT).",
+        "latency (0: REMINDERS_SHED_LATENCY_FACTOR decides the target).",
+    )
+    shed_latency_factor: float = Field(
+        # Measured (docs/reliability.md, overload): the factor that holds the admitted p99
+        # within 5x the unloaded one at twice the saturation rate.
+        default=3.0,
+        ge=0,
+        description="REMINDERS_SHED_LATENCY_FACTOR: without REMINDERS_SHED_LATENCY_MS, the "
+        "target is this many times the latency of a command the gateway served alone "
+        "(0 with REMINDERS_SHED_LATENCY_MS at 0: the bound stays at REMINDERS_MAX_IN_FLIGHT).",
     )
     max_waiting_queries: int = Field(
         default=1000, ge=1, description="REMINDERS_MAX_WAITING_QUERIES (per gateway replica)"
@@ -183,6 +190,7 @@ class Settings(BaseModel):
             "REMINDERS_RATE_LIMIT": "rate_limit_per_second",
             "REMINDERS_MAX_IN_FLIGHT": "max_in_flight",
             "REMINDERS_SHED_LATENCY_MS": "shed_latency_ms",
+            "REMINDERS_SHED_LATENCY_FACTOR": "shed_latency_factor",
             "REMINDERS_MAX_WAITING_QUERIES": "max_waiting_queries",
             "REMINDERS_CACHE_SESSIONS": "cache_sessions",
             "REMINDERS_GATEWAY_CACHE_BYTES": "gateway_cache_bytes",

@@ -80,6 +80,7 @@ class Gateway:
             tracer if tracing_enabled() else None,
             in_flight=self.settings.max_in_flight,
             shed_latency_s=self.settings.shed_latency_ms / 1000,
+            shed_latency_factor=self.settings.shed_latency_factor,
         )
         await parts.listener.start()
         # What start-up made (modules, models, schemas, clients) lives as long as the

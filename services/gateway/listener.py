@@ -7,8 +7,8 @@ exported at all. Past the bound a command is shed:
 answered `unavailable` with `retry_after_ms` at once, never queued, so under overload the
 admitted commands keep their latency and no queue grows without bound (a blocked callback
 would leave messages piling up in the client's pending buffer, each older than its caller's
-deadline by the time it is served). With `REMINDERS_SHED_LATENCY_MS` set, the bound is also
-lowered while it sheds, so that the admitted commands keep to that latency
+deadline by the time it is served). While it sheds, the bound is also lowered so that the
+admitted commands keep to a target latency, a multiple of what a command costs unloaded
 (`services/gateway/admission.py`).
 The gateway runs in the shared worker runtime like every other worker (`services/runtime.py`);
 its subjects are declared in the AsyncAPI document (`reminders asyncapi`), generated from the
@@ -56,11 +56,12 @@ class CommandListener:
         tracer: Tracer | None,
         in_flight: int = 64,
         shed_latency_s: float = 0.0,
+        shed_latency_factor: float = 0.0,
     ) -> None:
         self._nc = nc
         self._service = service
         self._tracer = tracer
-        self._admission = Admission(in_flight, shed_latency_s)
+        self._admission = Admission(in_flight, shed_latency_s, shed_latency_factor)
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
 
@@ -89,10 +90,11 @@ class CommandListener:
         # session, SPEC §4.10): a flood of long waits must not take the commands' places.
         slot = last_token(message.subject) not in QUERY_OPS
         received = time.monotonic()
-        if slot and not self._admission.admit(received):
+        ticket = self._admission.admit(received) if slot else 0
+        if slot and not ticket:
             await self._shed(message)
             return
-        task = asyncio.create_task(self._serve(message, received if slot else None))
+        task = asyncio.create_task(self._serve(message, received, ticket))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if profile is not None:
@@ -138,9 +140,9 @@ class CommandListener:
             otel_context.attach(extract_context(message.headers))
         return nullcontext()
 
-    async def _serve(self, message: Msg, admitted: float | None) -> None:
-        """Serve one command or query; `admitted` is when a command took its place in flight
-        (None for a query, which has none)."""
+    async def _serve(self, message: Msg, received: float, ticket: int) -> None:
+        """Serve one command or query; a command's `ticket` is its place in flight
+        (`Admission.admit`), taken when it was `received` (0 for a query, which has none)."""
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
         op = last_token(message.subject)
@@ -167,6 +169,6 @@ class CommandListener:
         except Exception:  # a reply could not be sent; the client times out and retries
             log.exception("reply failed", extra={"op": op[:64]})
         finally:
-            if admitted is not None:
+            if ticket:
                 now = time.monotonic()
-                self._admission.done(now - admitted, now)
+                self._admission.done(ticket, now - received, now)

@@ -40,17 +40,24 @@ def inject(session_id: str, n: int) -> dict[str, Any]:
 
 async def send(
     client: ReminderClient, history: History, name: str, payload: dict[str, Any]
-) -> float:
-    """One recorded inject; returns its latency (s)."""
+) -> tuple[float, dict[str, Any]]:
+    """One recorded inject; returns its latency (s) and its reply."""
     record = history.invoke(name, "inject", payload["session_id"], payload["request_id"], payload)
     sent = time.monotonic()
     try:
         reply = await client.request("inject", payload)
     except ReminderError as exc:
-        history.complete(record, "info", {"error": {"code": "no_answer", "message": str(exc)}})
-        return time.monotonic() - sent
+        reply = {"error": {"code": "no_answer", "message": str(exc)}}
+        history.complete(record, "info", reply)
+        return time.monotonic() - sent, reply
     history.complete(record, status_of(reply), reply)
-    return time.monotonic() - sent
+    return time.monotonic() - sent, reply
+
+
+def retry_after_s(reply: dict[str, Any]) -> float:
+    """How long a refused command's caller is asked to wait before it retries (0 if not)."""
+    details = (reply.get("error") or {}).get("details") or {}
+    return float(details.get("retry_after_ms") or 0) / 1000
 
 
 async def probe(url: str, path: Path, interval_s: float) -> None:

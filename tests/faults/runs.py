@@ -94,7 +94,7 @@ def scrape_gauges(port: int) -> dict[str, float]:
         sample.name: sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if not set(sample.labels) - {"otel_scope_name", "otel_scope_version"}
+        if all(label.startswith("otel_scope_") for label in sample.labels)
     }
 
 

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -34,7 +35,7 @@ from client.sdk import ReminderClient
 from services.adapters.settings import Settings
 from tests.faults.checker import Op, check, read_history
 from tests.faults.history import History, logs_of
-from tests.faults.overload_probe import inject, send
+from tests.faults.overload_probe import inject, retry_after_s, send
 from tests.faults.runs import rss_mib
 from tests.processes import ServiceRunner
 
@@ -95,7 +96,7 @@ async def test_twice_the_saturation_rate(
     request.addfinalizer(probe.kill)  # a failure before the probe is stopped leaves none
     probe_from = time.monotonic()
 
-    unloaded = [await send(client, history, "u", inject(f"u{n % 10}", n)) for n in range(200)]
+    unloaded = [(await send(client, history, "u", inject(f"u{n % 10}", n)))[0] for n in range(200)]
     await asyncio.sleep(max(0.0, 5.0 - (time.monotonic() - probe_from)))
     unloaded_until = time.monotonic()
 
@@ -103,9 +104,13 @@ async def test_twice_the_saturation_rate(
     stop_at = time.monotonic() + 10.0
 
     async def lane(number: int) -> None:
+        # A closed-loop client as the SDK's callers are asked to be: a refused command is
+        # sent again after its `retry_after_ms`, not at once (refusals sent back to back
+        # would measure how fast the gateway refuses, not what it serves).
         n = 0
         while time.monotonic() < stop_at:
-            await send(client, history, "sat", inject(f"sat{number}", n))
+            _, reply = await send(client, history, "sat", inject(f"sat{number}", n))
+            await asyncio.sleep(retry_after_s(reply))
             n += 1
 
     started = time.monotonic()
@@ -117,7 +122,7 @@ async def test_twice_the_saturation_rate(
     sessions = max(100, int(rate / 10))  # ≤ 10 commands/s per session: under its own limit
     first_op = len(history.ops)
     rss: list[float] = []
-    tasks: set[asyncio.Task[float]] = set()
+    tasks: set[asyncio.Task[tuple[float, dict[str, Any]]]] = set()
     begin = time.monotonic()
     n = 0
     while (now := time.monotonic()) - begin < seconds:
