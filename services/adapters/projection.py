@@ -9,8 +9,13 @@ the first wait, and hands each update to the reads waiting on that key. Waits ar
 process and per session, so one session's flood cannot take every place: past either bound
 the caller is told at once (`TooManyWaiting`).
 
-A waiting read only needs to know how far a value has got, so the watch reads a value as a
-`Projected` (its bytes and sequences, from one `orjson` parse), never as the full model.
+The watch carries headers only: it would otherwise bring every value the projector writes
+into every gateway replica — each write of a long session's state, hundreds of kilobytes,
+many times a second, whether or not anyone waits on that key (measured in
+`docs/reliability.md`: it was most of the bytes a gateway received, and the bursts of its
+memory). An update of a key someone waits on is followed by one direct get of that key's
+last value (one at a time per key, again while newer updates arrived), read as a `Projected`
+(its bytes and sequences, from one `orjson` parse), never as the full model.
 """
 
 from __future__ import annotations
@@ -26,12 +31,20 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
+from nats.errors import NotJSMessageError
 from nats.js.api import DeliverPolicy
 
 from contracts.state import SessionState
-from services.adapters.records import READ_TIMEOUT_S, read_last_value
+from services.adapters.jetstream import JetStreamApiError
+from services.adapters.records import READ_TIMEOUT_S, read_last_entry, read_last_value
 
 log = logging.getLogger("reminders.projection")
+
+#: How a waited key's value is read after an update: attempts while the direct get answers
+#: with a value older than the update (a replica behind), and the first wait between them.
+FETCH_ATTEMPTS = 5
+FETCH_RETRY_S = 0.02
 
 #: Top-level keys of a state the current `encode_state` writes; those left out while empty
 #: (`providers`, `mutes`) may be missing.
@@ -119,6 +132,9 @@ class ProjectionWatch:
         self._count = 0
         self._subscription: Subscription | None = None
         self._starting = asyncio.Lock()
+        #: Per waited key with a read in progress: the newest update's stream sequence.
+        self._latest: dict[str, int] = {}
+        self._fetches: set[asyncio.Task[None]] = set()
 
     @property
     def waiting(self) -> int:
@@ -135,6 +151,7 @@ class ProjectionWatch:
                 stream=f"KV_{self._bucket}",
                 ordered_consumer=True,
                 deliver_policy=DeliverPolicy.NEW,
+                headers_only=True,
                 cb=self._on_update,
             )
 
@@ -143,6 +160,8 @@ class ProjectionWatch:
         if self._subscription is not None:
             await self._subscription.unsubscribe()
             self._subscription = None
+        for fetch in list(self._fetches):
+            fetch.cancel()
 
     def register(self, token: str, ready: Callable[[Projected], bool]) -> Waiter:
         """A place for one waiting query, or `TooManyWaiting`."""
@@ -169,18 +188,45 @@ class ProjectionWatch:
             waiter.done.cancel()
 
     async def _on_update(self, message: Msg) -> None:
-        waiting_here = self._waiters.get(message.subject[len(self._prefix) :])
-        if not waiting_here:
-            return  # nobody waits on this key: not even decoded
-        operation = (message.headers or {}).get("KV-Operation")
+        token = message.subject[len(self._prefix) :]
+        if not self._waiters.get(token):
+            return  # nobody waits on this key: nothing read
         try:
-            record = read_projected(None if operation in ("DEL", "PURGE") else message.data)
-        except ValueError as exc:  # a value the projector would not write: wait on
-            log.warning("unreadable bucket value", extra={"error": type(exc).__name__})
+            seq = message.metadata.sequence.stream
+        except NotJSMessageError:
+            seq = 0  # no sequence to compare: the value read is taken as the newest
+        if token in self._latest:  # a read is in progress: it reads again for this one
+            self._latest[token] = max(self._latest[token], seq)
             return
-        for waiter in list(waiting_here):
-            if not waiter.done.done() and waiter.ready(record):
-                waiter.done.set_result(record)
+        self._latest[token] = seq
+        fetch = asyncio.create_task(self._fetch(token))
+        self._fetches.add(fetch)
+        fetch.add_done_callback(self._fetches.discard)
+
+    async def _fetch(self, token: str) -> None:
+        """Read the key's last value and hand it to its waiters, again while newer updates
+        arrive; a value older than the update asked for (a replica behind) is read again
+        after a pause, a few times (then the waiters read it themselves at their deadline)."""
+        behind = 0
+        try:
+            while behind < FETCH_ATTEMPTS and self._waiters.get(token):
+                asked = self._latest[token]
+                try:
+                    value, seq = await read_last_entry(self._nc, self._bucket, token)
+                    record = read_projected(value)
+                except (TimeoutError, NatsError, JetStreamApiError, ValueError) as exc:
+                    log.warning("waited value unread", extra={"error": type(exc).__name__})
+                    return
+                for waiter in list(self._waiters.get(token, ())):
+                    if not waiter.done.done() and waiter.ready(record):
+                        waiter.done.set_result(record)
+                if seq >= self._latest[token]:
+                    return
+                if seq < asked:
+                    behind += 1
+                    await asyncio.sleep(FETCH_RETRY_S * 2**behind)
+        finally:
+            self._latest.pop(token, None)
 
 
 class BucketReader:

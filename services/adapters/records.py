@@ -112,20 +112,30 @@ async def read_last_value(
     through the server's JetStream API queue; no watcher, no consumer, no model). None: the
     key never had a value; a deleted or purged key reads as empty bytes. Any other answer
     raises `JetStreamApiError`."""
+    value, _ = await read_last_entry(nc, bucket, token, timeout_s)
+    return value
+
+
+async def read_last_entry(
+    nc: Client, bucket: str, token: str, timeout_s: float = READ_TIMEOUT_S
+) -> tuple[bytes | None, int]:
+    """`read_last_value` and the bucket stream's sequence of that value (0 for none): a
+    direct get may be answered by a replica still behind, which the sequence tells."""
     reply = await nc.request(
         f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{token}", b"", timeout=timeout_s
     )
     headers = reply.headers or {}
     status = headers.get("Status")
     if status == "404":  # no value for the key
-        return None
+        return None, 0
     if status:
         raise JetStreamApiError(
             {"code": int(status), "description": headers.get("Description", "")}
         )
+    seq = int(headers.get("Nats-Sequence", "0"))
     if headers.get("KV-Operation") in ("DEL", "PURGE"):
-        return b""
-    return reply.data
+        return b"", seq
+    return reply.data, seq
 
 
 class StaleRevision(Exception):
