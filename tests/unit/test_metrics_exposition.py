@@ -16,8 +16,8 @@ from services.adapters.telemetry import (
     GatewayMetrics,
     ProjectorMetrics,
     meter_provider,
-    session_cache_gauge,
     metrics_text,
+    session_cache_gauge,
 )
 from services.observer.app import ObserverMetrics
 from services.propagator.app import PropagatorMetrics
