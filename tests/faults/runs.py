@@ -11,7 +11,6 @@ import json
 import os
 import random
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +74,7 @@ class Services:
         by label, for the services that have one and answered."""
         fill = {}
         for label, (_, _, proc) in self.procs.items():
-            gauges = scrape_gauges(proc.http_port)
+            gauges = scrape_gauges(proc)
             cached = gauges.get("reminders_session_cache_bytes")
             bound = gauges.get("reminders_session_cache_bound_bytes")
             if cached is not None and bound:
@@ -83,12 +82,13 @@ class Services:
         return fill
 
 
-def scrape_gauges(port: int) -> dict[str, float]:
+def scrape_gauges(proc: ServiceProcess) -> dict[str, float]:
     """The unlabelled samples of a service's /metrics (empty when it does not answer)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
-            text = reply.read().decode()
+        status, text = proc.get("/metrics")
     except OSError:
+        return {}
+    if status != 200:
         return {}
     return {
         sample.name: sample.value
