@@ -42,7 +42,8 @@ from services.adapters.records import READ_TIMEOUT_S, read_last_entry, read_last
 log = logging.getLogger("reminders.projection")
 
 #: How a waited key's value is read after an update: attempts while the direct get answers
-#: with a value older than the update (a replica behind), and the first wait between them.
+#: with a value older than the update (a replica behind), and the unit of the pause before
+#: each new attempt (twice this before the first, doubling after).
 FETCH_ATTEMPTS = 5
 FETCH_RETRY_S = 0.02
 
