@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 from contracts.subjects import command_subject
 from services.adapters.connection import connect
 from services.adapters.http import HealthServer
-from services.adapters.memory import give_back_freed_memory
+from services.adapters.memory import give_back_freed_memory, keep_large_buffers_apart
 from services.adapters.provisioning import DurableConsumer, ensure_consumer, provision
 from services.adapters.settings import Settings, check_payload_bounds
 from services.adapters.telemetry import inject_traceparent
@@ -140,6 +140,7 @@ def serve(worker: Worker, settings: Settings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         # One per process: the allocator's heaps are the process's, whatever runs in it.
+        keep_large_buffers_apart()
         trimmer = asyncio.create_task(give_back_freed_memory(stop))
         try:
             await run_worker(worker, settings, stop)

@@ -6,6 +6,13 @@ messages of a re-read) in its heaps after they are freed, and the resident memor
 process creeps up by a few MiB a minute though nothing live grows. `malloc_trim(0)` hands
 those pages back; it walks the heaps once, so it runs now and then, not per message. Where
 the C library has no `malloc_trim` (musl, macOS) this does nothing.
+
+Trimming cannot return a page that still holds one live small object, and glibc serves a
+large buffer from its heaps, among small objects, once any buffer of that size was freed (its
+mmap threshold then rises to the freed size). Bursts of large received payloads (a hot
+session's state read back in one message) then leave heap pages pinned by whatever small
+object landed beside them. `keep_large_buffers_apart` fixes the threshold instead, so every
+buffer of `LARGE_BUFFER_BYTES` or more gets pages of its own and gives them back when freed.
 """
 
 from __future__ import annotations
@@ -19,12 +26,25 @@ from collections.abc import Callable
 #: nothing measurable.
 TRIM_EVERY_S = 30.0
 
+#: Buffers this large or larger are mapped apart from the heaps (glibc's `M_MMAP_THRESHOLD`).
+#: Below the size of a typical hot session's state message, above every per-event buffer.
+LARGE_BUFFER_BYTES = 64 * 1024
+
+#: glibc's `mallopt` parameter number for the mmap threshold (malloc.h).
+M_MMAP_THRESHOLD = -3
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
 
 def malloc_trim() -> Callable[[int], int] | None:
     """glibc's `malloc_trim`, or None where the C library has none."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _libc()
+    if libc is None:
         return None
     trim: Callable[[int], int] | None = getattr(libc, "malloc_trim", None)
     return trim
@@ -47,3 +67,12 @@ async def give_back_freed_memory(
             trim(0)
             trims += 1
     return trims
+
+
+def keep_large_buffers_apart(threshold: int = LARGE_BUFFER_BYTES) -> bool:
+    """Fix glibc's mmap threshold at `threshold` bytes; False where that is not glibc."""
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None) if libc is not None else None
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, threshold))

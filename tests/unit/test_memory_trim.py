@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from services.adapters.memory import give_back_freed_memory, malloc_trim
+from services.adapters.memory import (
+    give_back_freed_memory,
+    keep_large_buffers_apart,
+    malloc_trim,
+)
 
 
 async def test_it_trims_every_interval_until_stopped() -> None:
@@ -39,3 +43,7 @@ def test_glibc_s_trim_is_found_and_runs() -> None:
     trim = malloc_trim()
     assert trim is not None  # the suite runs on glibc (Debian, the project's images)
     assert trim(0) in (0, 1)
+
+
+def test_glibc_s_mmap_threshold_is_fixed() -> None:
+    assert keep_large_buffers_apart()  # mallopt answers 1 on success
