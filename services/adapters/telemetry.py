@@ -224,6 +224,11 @@ class GatewayMetrics:
     events: LabelledCount
     conflicts: LabelledCount
     batch_size: Histogram
+    #: Reads of a session from the log, by `how`: `whole` (its whole history), `caught_up`
+    #: (a cached state behind the log, the events after it folded on), `tail_refused` (a
+    #: tail that did not continue the cached state: read whole next), `replica_behind` (a
+    #: tail from a replica behind the log: read again).
+    session_reads: LabelledCount
 
     @classmethod
     def create(
@@ -243,6 +248,9 @@ class GatewayMetrics:
             meter, "reminders_occ_conflicts", "Optimistic-concurrency conflicts"
         )
         conflicts.add(0)  # a documented series exists before its first increment
+        session_reads = labelled_count(
+            meter, "reminders_session_reads", "Reads of a session from the log, by how"
+        )
         return cls(
             commands=commands,
             latency=meter.create_histogram(
@@ -250,6 +258,7 @@ class GatewayMetrics:
             ),
             events=events,
             conflicts=conflicts,
+            session_reads=session_reads,
             batch_size=meter.create_histogram(
                 "reminders_group_commit_commands",
                 unit="{command}",

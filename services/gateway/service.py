@@ -62,7 +62,7 @@ from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.replies import RETRY_AFTER_MS, error_reply, unavailable_reply
 from services.gateway.rpc import handle_rpc_bytes
-from services.gateway.session_cache import SessionCache, caught_up
+from services.gateway.session_cache import ReplicaBehind, SessionCache, caught_up
 from services.gateway.tenancy import Tenancy, unscope_reply
 
 log = logging.getLogger("reminders.gateway")
@@ -76,6 +76,10 @@ QUERY_OPS = frozenset(
 #: Of a command's `request_timeout_s`, the last part is kept to encode and send the reply,
 #: so that an answer never leaves after the deadline the caller was promised.
 REPLY_MARGIN_S = 0.1
+#: Reads of a cached session's tail before it is read whole, while each comes from a
+#: replica behind the log (`ReplicaBehind`), and the pause between two.
+CATCH_UP_ATTEMPTS = 3
+CATCH_UP_PAUSE_S = 0.05
 
 
 #: The per-command check of the caller (`CommandPorts.check_caller`).
@@ -229,6 +233,7 @@ class NatsCommandPorts:
             caught = await self._catch_up(session_id, behind, timeout_s, events_after)
             if caught is not None:
                 return caught
+        self._count_read("whole")
         messages, _ = await _from_log(
             lambda: session_messages(
                 self._nc, self._settings.stream, session_id, timeout_s=attempt_s
@@ -254,27 +259,57 @@ class NatsCommandPorts:
         self, session_id: str, base: CachedSession, timeout_s: float, events_after: int | None
     ) -> tuple[CachedSession, list[tuple[Event, int]]] | None:
         """The cached entry behind the log, with what follows it in the log folded on
-        (`caught_up`); None when the session must be read whole."""
-        attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
+        (`caught_up`); None when the session must be read whole. A tail from a replica behind
+        the log (`ReplicaBehind`) is read again, up to `CATCH_UP_ATTEMPTS` reads."""
         after = (
             base.last_stream_seq
             if events_after is None
             else min(base.last_stream_seq, events_after)
         )
+        started = time.monotonic()
+        for attempt in range(1, CATCH_UP_ATTEMPTS + 1):
+            left = timeout_s - (time.monotonic() - started)
+            try:
+                caught = await self._catch_up_once(session_id, base, after, left, events_after)
+            except ReplicaBehind:
+                self._count_read("replica_behind")
+                if attempt < CATCH_UP_ATTEMPTS:
+                    await asyncio.sleep(min(CATCH_UP_PAUSE_S, max(0.0, left)))
+                continue
+            self._count_read("caught_up" if caught is not None else "tail_refused")
+            return caught
+        return None
+
+    async def _catch_up_once(
+        self,
+        session_id: str,
+        base: CachedSession,
+        after: int,
+        timeout_s: float,
+        events_after: int | None,
+    ) -> tuple[CachedSession, list[tuple[Event, int]]] | None:
+        """One read of the log after stream seq `after`, folded onto `base` (`caught_up`)."""
+        attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
         profile = stages.PROFILE
         tail = await _from_log(
             lambda: session_tail(self._nc, self._settings.stream, session_id, after, attempt_s),
             timeout_s,
         )
         since = 0.0 if profile is None else profile.now()
-        caught = None if tail is None else caught_up(base, tail[0], tail[1], events_after)
+        try:
+            caught = None if tail is None else caught_up(base, tail[0], tail[1], events_after)
+        finally:
+            if profile is not None:
+                profile.add("session_caught_up", since)
+                profile.count("session_catch_ups")
         if caught is not None:
             entry, _ = caught
             self.cache.put(session_id, entry, entry.state.session_seq - base.state.session_seq)
-        if profile is not None:
-            profile.add("session_caught_up", since)
-            profile.count("session_catch_ups")
         return caught
+
+    def _count_read(self, how: str) -> None:
+        if self._metrics is not None:
+            self._metrics.session_reads.add(1, {"how": how})
 
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         """Group-commit the append, carrying the command's trace context."""

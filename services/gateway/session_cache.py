@@ -7,7 +7,12 @@ than a command's deadline: measured in the soak, a gateway whose long sessions a
 reading again after faults timed out on every read, cached nothing, and read them again on
 the next command. So the entry is kept, marked behind, and what the log holds after it is
 folded onto it (`caught_up`), checked against the log's count of the session's messages;
-anything that does not continue it exactly is read whole instead.
+anything that does not continue it exactly is read whole instead — except a tail that
+continues it exactly but stops short of the count (`ReplicaBehind`): the replica that
+answered the direct gets is behind the leader that counted, and a whole read answered by
+it would be as far behind, at the cost of the session's whole history held at once. The
+catch-up is tried again then (another replica may answer), a few times, before the whole
+read.
 """
 
 from __future__ import annotations
@@ -113,6 +118,11 @@ class SessionCache:
         self._slots.pop(session_id)
 
 
+class ReplicaBehind(Exception):
+    """The catch-up's tail continued the cached state exactly but ended before the log's
+    count of the session's messages: the replica that answered is behind; try again."""
+
+
 def caught_up(
     base: CachedSession, tail: list[RawStored], count: int, events_after: int | None
 ) -> tuple[CachedSession, list[tuple[Event, int]]] | None:
@@ -121,7 +131,8 @@ def caught_up(
     not continue `base` — an event out of sequence, an unreadable message, or a log whose
     count of the session's messages (`count`) is not what the folded state has seen: a
     forgotten session's new life, a replica still behind, something written beside the
-    gateway. Then the session is read whole."""
+    gateway. Then the session is read whole. Raises `ReplicaBehind` when `tail` continues
+    `base` exactly and only falls short of `count`."""
     kept: list[tuple[Event, int]] = []
     new: list[tuple[Event, int]] = []
     expected = base.state.session_seq + 1
@@ -137,6 +148,8 @@ def caught_up(
                 return None
             expected += 1
             new.append((event, raw.stream_seq))
+    if count > expected - 1:
+        raise ReplicaBehind(f"the tail ends at {expected - 1} of {count}")
     if count != expected - 1:
         return None
     if not new:

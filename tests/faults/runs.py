@@ -69,33 +69,44 @@ class Services:
         """Each live service's pid, by label."""
         return {label: proc.process.pid for label, (_, _, proc) in self.procs.items()}
 
-    def cache_fill(self) -> dict[str, float]:
-        """How full each service's session cache is (bytes over bound, from its /metrics),
-        by label, for the services that have one and answered."""
-        fill = {}
-        for label, (_, _, proc) in self.procs.items():
-            gauges = scrape_gauges(proc)
-            cached = gauges.get("reminders_session_cache_bytes")
-            bound = gauges.get("reminders_session_cache_bound_bytes")
-            if cached is not None and bound:
-                fill[label] = cached / bound
-        return fill
+    def scrape(self) -> dict[str, dict[str, float]]:
+        """Each service's /metrics samples (`scrape_samples`) by label, for those that
+        answered."""
+        scraped = {label: scrape_samples(proc) for label, (_, _, proc) in self.procs.items()}
+        return {label: samples for label, samples in scraped.items() if samples}
 
 
-def scrape_gauges(proc: ServiceProcess) -> dict[str, float]:
-    """The unlabelled samples of a service's /metrics (empty when it does not answer)."""
+def cache_fill(scraped: dict[str, dict[str, float]]) -> dict[str, float]:
+    """How full each service's session cache is (bytes over bound), by label, for the
+    services that have one."""
+    fill = {}
+    for label, samples in scraped.items():
+        cached = samples.get("reminders_session_cache_bytes")
+        bound = samples.get("reminders_session_cache_bound_bytes")
+        if cached is not None and bound:
+            fill[label] = cached / bound
+    return fill
+
+
+def scrape_samples(proc: ServiceProcess) -> dict[str, float]:
+    """A service's /metrics samples (empty when it does not answer), each by its name, and
+    by `name{label=value,…}` when it has labels beside the scope's."""
     try:
         status, text = proc.get("/metrics")
     except OSError:
         return {}
     if status != 200:
         return {}
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if all(label.startswith("otel_scope_") for label in sample.labels)
-    }
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(
+                f"{k}={v}"
+                for k, v in sorted(sample.labels.items())
+                if not k.startswith("otel_scope_")
+            )
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
 
 
 async def provisioned(settings: Settings) -> None:

@@ -38,7 +38,15 @@ import pytest
 
 from services.adapters.settings import Settings
 from tests.faults.nemesis import ProxiedCluster
-from tests.faults.runs import NEMESES, Ctx, RunShape, provisioned, rss_mib, run_checked
+from tests.faults.runs import (
+    NEMESES,
+    Ctx,
+    RunShape,
+    cache_fill,
+    provisioned,
+    rss_mib,
+    run_checked,
+)
 
 #: The services' session cache bounds in this run, in bytes of encoded state; see the
 #: module docstring.
@@ -61,6 +69,9 @@ async def test_soak(
     every = float(os.environ.get("REMINDERS_SOAK_FAULT_EVERY_S", "60"))
     samples: list[tuple[float, dict[str, float]]] = []
     fills: list[dict[str, float]] = []
+    #: Each service's reads of a session from the log so far, by how (a whole read holds the
+    #: session's history at once: the curve shows whether memory moves with them).
+    reads: list[dict[str, float]] = []
     turn = 0
 
     async def nemesis(ctx: Ctx) -> None:
@@ -73,9 +84,17 @@ async def test_soak(
     async def watch(ctx: Ctx) -> None:
         while True:
             row = {label: rss_mib(pid) for label, pid in ctx.services.pids().items()}
-            fill = await asyncio.to_thread(ctx.services.cache_fill)
+            scraped = await asyncio.to_thread(ctx.services.scrape)
             samples.append((ctx.history.now(), {k: v for k, v in row.items() if v is not None}))
-            fills.append(fill)
+            fills.append(cache_fill(scraped))
+            reads.append(
+                {
+                    f"{label}_{name.split('how=')[1].rstrip('}')}": value
+                    for label, metrics in scraped.items()
+                    for name, value in metrics.items()
+                    if name.startswith("reminders_session_reads_total{")
+                }
+            )
             await asyncio.sleep(10.0)
 
     shape = RunShape(sessions=12, warmup_s=5.0, quiet_s=0.0, max_s=duration, pause_s=0.05)
@@ -85,7 +104,8 @@ async def test_soak(
     curve = [
         {"t": round(t, 1), **{k: round(v, 1) for k, v in row.items()}}
         | {f"{k}_cache_fill": round(v, 2) for k, v in fill.items()}
-        for (t, row), fill in zip(samples, fills, strict=True)
+        | {f"{k}_reads": v for k, v in read.items()}
+        for (t, row), fill, read in zip(samples, fills, reads, strict=True)
     ]
     print("rss_mib curve:", json.dumps(curve))
     assert report.anomalies == [], f"history {history.path}\n{report.summary()}"

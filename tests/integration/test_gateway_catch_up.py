@@ -58,3 +58,51 @@ async def test_a_replica_behind_the_log_catches_up_from_its_cached_state(
     cached = b._ports.cache.get(SESSION)
     assert cached is not None and cached.state == folded
     assert cached.last_stream_seq == rows[-1].stream_seq
+
+
+async def test_a_tail_from_a_replica_behind_is_read_again_not_the_whole_session(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    committers = [GroupCommitter(nc), GroupCommitter(nc)]
+    a, b = (CommandService(nc, provisioned, c) for c in committers)
+    for committer in committers:
+        committer.start()
+
+    async def inject(replica: CommandService, n: int) -> dict[str, Any]:
+        payload = {"session_id": SESSION, "request_id": f"r{n}", "reminder": {"body": f"n{n}"}}
+        return await replica.handle("inject", orjson.dumps(payload))
+
+    try:
+        for n in range(10):
+            assert (await inject(b, n))["ok"]
+        for n in range(10, 13):  # A appends behind B's back
+            assert (await inject(a, n))["ok"]
+        whole_reads: list[str] = []
+        tails: list[int] = []
+        original_whole = gateway_service.session_messages
+        original_tail = gateway_service.session_tail
+
+        async def counted(nc: Client, stream: str, session_id: str, **kw: Any) -> Any:
+            whole_reads.append(session_id)
+            return await original_whole(nc, stream, session_id, **kw)
+
+        async def lagging_first(*args: Any) -> Any:
+            answer = await original_tail(*args)
+            tails.append(len(answer[0]))
+            if len(tails) == 1:  # the first answer comes from a replica one message behind
+                return answer[0][:-1], answer[1]
+            return answer
+
+        monkeypatch.setattr(gateway_service, "session_messages", counted)
+        monkeypatch.setattr(gateway_service, "session_tail", lagging_first)
+        reply = await inject(b, 13)  # conflicts on B's stale cache, then catches up twice
+        assert reply["ok"] and reply["session_seq"] == 14
+        assert whole_reads == []
+        assert len(tails) == 2 and tails[0] == tails[1] == 3
+    finally:
+        for committer in committers:
+            await committer.stop()
+    rows = await read_session(nc, provisioned.stream, SESSION, timeout_s=5)
+    folded = fold_all(SessionState(), [(decode(r.envelope), r.stream_seq) for r in rows])
+    cached = b._ports.cache.get(SESSION)
+    assert cached is not None and cached.state == folded

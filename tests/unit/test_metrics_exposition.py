@@ -51,6 +51,7 @@ def exposition() -> dict[str, tuple[str, list[Sample]]]:
     gateway.latency.record(0.0031, ok)  # 3.1 ms: in the (2.5 ms, 5 ms] bucket
     gateway.events.add(1, {"kind": "injected"})
     gateway.conflicts.add(1)
+    gateway.session_reads.add(1, {"how": "caught_up"})
     gateway.batch_size.record(7)
     projector.events.add(1, {"verdict": "applied"})
     projector.apply_latency.record(0.0002)  # 200 µs
@@ -160,6 +161,7 @@ def test_every_metric_name_follows_the_prometheus_conventions() -> None:
         "reminders_command_latency_seconds": "histogram",
         "reminders_events_appended": "counter",
         "reminders_occ_conflicts": "counter",
+        "reminders_session_reads": "counter",
         "reminders_group_commit_commands": "histogram",
         "reminders_active_sessions": "gauge",
         "reminders_projector_events": "counter",
@@ -182,7 +184,9 @@ def test_every_metric_name_follows_the_prometheus_conventions() -> None:
 
 def test_labels_are_kinds_and_outcomes_only() -> None:
     # `source` is a closed set too: the five sources of a ReminderSpec, or `unknown`.
-    allowed = {"op", "outcome", "kind", "reason", "verdict", "format", "le", "source"}
+    # `how` is a closed set: how a session was read from the log.
+    allowed = {"op", "outcome", "kind", "reason", "verdict", "format", "le", "source", "how"}
+    reads = {"whole", "caught_up", "tail_refused", "replica_behind"}
     sources = {"stdlib_provider", "hook", "bridge", "in_pipeline", "inherited", "unknown"}
     scope = {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
     for name, (_kind, samples) in exposition().items():
@@ -190,6 +194,7 @@ def test_labels_are_kinds_and_outcomes_only() -> None:
             extra = set(sample.labels) - allowed - scope
             assert not extra, f"{name} carries labels {extra}"
             assert sample.labels.get("source", "hook") in sources, name
+            assert sample.labels.get("how", "whole") in reads, name
 
 
 #: What a fresh process exposes before anything happened: each service's instruments made

@@ -4,12 +4,14 @@ whole (`services.gateway.session_cache`)."""
 
 from __future__ import annotations
 
+import pytest
+
 from contracts.events import Event
 from contracts.state import SessionState
 from core import fold_all
 from services.adapters.session_read import RawStored
 from services.gateway.command import CachedSession
-from services.gateway.session_cache import SessionCache, caught_up
+from services.gateway.session_cache import ReplicaBehind, SessionCache, caught_up
 from tests.support import Driver
 
 #: Another session's events are stored between this one's: stream seqs step by this.
@@ -70,13 +72,28 @@ def test_a_log_that_does_not_continue_the_cached_state_is_read_whole() -> None:
     log = history()
     base = cached(log[:5])
     rows = stored(log)
-    # A message missing from the tail (a replica behind), a count the state has not seen
-    # (the session forgotten and begun again), an unreadable message.
+    # A message missing from the tail, fewer messages in the log than the state has seen
+    # (the session forgotten and begun again), a new life's events, an unreadable message.
     assert caught_up(base, rows[6:], count=len(log), events_after=None) is None
-    assert caught_up(base, rows[5:], count=len(log) + 1, events_after=None) is None
+    assert caught_up(base, rows[5:], count=len(log) - 1, events_after=None) is None
+    assert caught_up(base, [], count=2, events_after=None) is None
     assert caught_up(base, stored(log[:2]), count=2, events_after=None) is None
     garbage = RawStored(b"not an event", rows[5].stream_seq, "x", 0)
     assert caught_up(base, [garbage, *rows[6:]], count=len(log), events_after=None) is None
+
+
+def test_a_tail_that_continues_exactly_but_stops_short_of_the_count_is_read_again() -> None:
+    # The replica that answered is behind the leader that counted: a whole read from it
+    # would be as far behind.
+    log = history()
+    base = cached(log[:5])
+    rows = stored(log)
+    with pytest.raises(ReplicaBehind):
+        caught_up(base, rows[5:], count=len(log) + 1, events_after=None)
+    with pytest.raises(ReplicaBehind):
+        caught_up(base, rows[5:7], count=len(log), events_after=None)
+    with pytest.raises(ReplicaBehind):
+        caught_up(base, [], count=len(log), events_after=None)
 
 
 def test_an_entry_marked_behind_is_not_served_but_kept_to_catch_up_from() -> None:
