@@ -4,6 +4,7 @@ no consumer is made, so a reader needs no right to create one."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -368,13 +369,13 @@ async def last_session_seq(nc: Client, stream: str, session_id: str, timeout_s: 
     return int(headers["Nats-Sequence"])
 
 
-async def _leader_seq(
+async def _leader_get(
     nc: Client, stream: str, request: dict[str, Any], timeout_s: float
-) -> int | None:
-    """The stream seq of the message a `STREAM.MSG.GET` finds (None for none), as the stream's
-    leader has it: the get waits in the server's JetStream API queue where a direct get does
-    not, but is never answered by a replica still catching up after a partition heals or a
-    node restarts (which would name an older message, or none for one it has yet to get)."""
+) -> dict[str, Any] | None:
+    """The message a `STREAM.MSG.GET` finds (None for none), as the stream's leader has it:
+    the get waits in the server's JetStream API queue where a direct get does not, but is
+    never answered by a replica still catching up after a partition heals or a node restarts
+    (which would name an older message, or none for one it has yet to get)."""
     reply = await nc.request(
         f"$JS.API.STREAM.MSG.GET.{stream}", orjson.dumps(request), timeout=timeout_s
     )
@@ -384,7 +385,16 @@ async def _leader_seq(
         if int(error.get("code", 0)) == 404:  # no message matches
             return None
         raise JetStreamApiError(error)
-    return int(answer["message"]["seq"])
+    message: dict[str, Any] = answer["message"]
+    return message
+
+
+async def _leader_seq(
+    nc: Client, stream: str, request: dict[str, Any], timeout_s: float
+) -> int | None:
+    """The stream seq of the message the leader finds (`_leader_get`; None for none)."""
+    message = await _leader_get(nc, stream, request, timeout_s)
+    return None if message is None else int(message["seq"])
 
 
 async def leader_last_session_seq(
@@ -409,3 +419,28 @@ async def leader_first_after(
     there is none), from the leader."""
     request = {"next_by_subj": subject_filter, "seq": after_seq + 1}
     return await _leader_seq(nc, stream, request, timeout_s)
+
+
+async def leader_messages_between(
+    nc: Client,
+    stream: str,
+    subject_filter: str,
+    after_seq: int,
+    before_seq: int,
+    limit: int,
+    timeout_s: float = 5.0,
+) -> list[RawStored]:
+    """The messages on `subject_filter` stored after `after_seq` and before `before_seq`, in
+    order, at most `limit`, from the leader (one `STREAM.MSG.GET` each: for a few messages
+    that a reader must not take from a replica behind)."""
+    found: list[RawStored] = []
+    cursor = after_seq
+    while len(found) < limit:
+        request = {"next_by_subj": subject_filter, "seq": cursor + 1}
+        message = await _leader_get(nc, stream, request, timeout_s)
+        if message is None or int(message["seq"]) >= before_seq:
+            break
+        cursor = int(message["seq"])
+        data = base64.b64decode(message.get("data") or b"")
+        found.append(RawStored(data, cursor, str(message["subject"]), 0))
+    return found

@@ -9,8 +9,8 @@ from nats.js import JetStreamContext
 
 from contracts.subjects import token_subject_filter
 from services.adapters.deadletter import send_to_dlq
-from services.adapters.session_read import leader_first_after
-from services.projector.apply import Delivery
+from services.adapters.session_read import leader_first_after, leader_messages_between
+from services.projector.apply import Delivery, LoggedEvent
 
 
 class NatsDelivery:
@@ -47,6 +47,15 @@ class LeaderSessionLog:
         return await leader_first_after(
             self._nc, self._stream, token_subject_filter(token), after_seq
         )
+
+    async def events_between(
+        self, token: str, after_seq: int, before_seq: int, limit: int
+    ) -> list[LoggedEvent]:
+        """The session's events after `after_seq` and before `before_seq`, from the leader."""
+        found = await leader_messages_between(
+            self._nc, self._stream, token_subject_filter(token), after_seq, before_seq, limit
+        )
+        return [LoggedEvent(raw.subject, raw.data, raw.stream_seq) for raw in found]
 
 
 class JetStreamDeadLetters:

@@ -39,15 +39,18 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from nats.errors import Error as NatsError
+
 from contracts.state import SessionState
 from contracts.stored import StoredEvent, Unreadable, read_stored
 from contracts.subjects import last_token
 from core.projection import Record, Verdict, project_all
 from services.adapters import stages
+from services.adapters.jetstream import JetStreamApiError
 from services.adapters.lru import SizedLru
 from services.adapters.records import StaleRevision, decode_record, encode_state
 
-__all__ = ["Delivery", "Projector", "StaleRevision", "Verdict", "token_of"]
+__all__ = ["Delivery", "LoggedEvent", "Projector", "StaleRevision", "Verdict", "token_of"]
 
 log = logging.getLogger("reminders.projector")
 
@@ -83,6 +86,30 @@ class SessionLog(Protocol):
     async def first_after(self, token: str, after_seq: int) -> int | None:
         """The stream seq of the session's first event after `after_seq` (None: none)."""
 
+    async def events_between(
+        self, token: str, after_seq: int, before_seq: int, limit: int
+    ) -> list[LoggedEvent]:
+        """The session's stored events after `after_seq` and before `before_seq`, in order,
+        at most `limit`."""
+
+
+@dataclass
+class LoggedEvent:
+    """An event read from the log to fill a gap, judged beside the batch's deliveries. It
+    was not delivered here: nothing to ack or nak (its own delivery, when it comes, is a
+    duplicate and is acked then)."""
+
+    subject: str
+    data: bytes
+    stream_seq: int
+    num_delivered: int = 1
+
+    async def ack(self) -> None:
+        """Nothing delivered, nothing to acknowledge."""
+
+    async def nak(self, delay_s: float) -> None:
+        """Nothing delivered, nothing to redeliver."""
+
 
 class DeadLetters(Protocol):
     """Where poison messages go."""
@@ -108,6 +135,8 @@ class BatchReport:
     verdicts: dict[Verdict, int] = field(default_factory=lambda: {v: 0 for v in Verdict})
     sessions_written: int = 0
     cas_retries: int = 0
+    #: Events read from the log to fill a gap (`Projector.GAP_FILL_LIMIT`), not delivered.
+    filled: int = 0
 
 
 def token_of(subject: str) -> str:
@@ -117,6 +146,9 @@ def token_of(subject: str) -> str:
 
 class Projector:
     """Folds fetched batches into the projection bucket."""
+
+    #: Events read from the log at most, per session and batch, to fill a gap.
+    GAP_FILL_LIMIT = 64
 
     def __init__(
         self,
@@ -207,6 +239,13 @@ class Projector:
             slot = await self._slot(token, fresh=True)
             if slot.revision != cached_revision:
                 record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
+        if Verdict.GAP in verdicts:
+            filled = await self._fill_gap(token, record, deliveries, verdicts)
+            if filled:
+                report.filled += len(filled)
+                deliveries = sorted([*deliveries, *filled], key=lambda d: d.stream_seq)
+                stored = stored_of(deliveries)
+                record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
         dead_lettered: set[int] = set()
         for attempt in range(self._cas_retries + 1):
             if attempt:
@@ -243,6 +282,8 @@ class Projector:
             break
         since = 0.0 if profile is None else profile.now()
         for delivery, verdict in zip(deliveries, verdicts, strict=True):
+            if isinstance(delivery, LoggedEvent):
+                continue
             report.verdicts[verdict] += 1
             if verdict is Verdict.GAP:
                 await delivery.nak(self._gap_delay_s)
@@ -252,6 +293,34 @@ class Projector:
             # An ack only fills the client's write buffer: nothing else runs in between.
             profile.add("ack", since)
         self.last_apply_latency_s = time.perf_counter() - started
+
+    async def _fill_gap(
+        self, token: str, record: Record, deliveries: list[Delivery], verdicts: list[Verdict]
+    ) -> list[LoggedEvent]:
+        """The events missing between `record` (as this batch left it) and the batch's first
+        gapped event, read from the stream's leader.
+
+        Waiting for their redelivery is not enough: redeliveries come back spread over many
+        fetches, and a session whose next event never shares a fetch with the record it
+        follows is judged a gap in each, nak'ed, and comes back spread again (the soak found
+        a projector applying nothing for minutes, every hot session in that state). Read
+        here, they are applied in this batch; their own deliveries come back duplicates."""
+        if self._log is None or not (record is None or isinstance(record, SessionState)):
+            return []  # a tombstone: what was purged is not coming back
+        first_gap = min(
+            d.stream_seq for d, v in zip(deliveries, verdicts, strict=True) if v is Verdict.GAP
+        )
+        applied_through = 0 if record is None else record.stream_seq
+        try:
+            found = await self._log.events_between(
+                token, applied_through, first_gap, self.GAP_FILL_LIMIT
+            )
+        except (TimeoutError, NatsError, JetStreamApiError) as exc:
+            # The leader away or busy: the gapped events wait for their redelivery instead.
+            log.warning("gap not filled", extra={"error": type(exc).__name__})
+            return []
+        delivered = {d.stream_seq for d in deliveries}
+        return [event for event in found if event.stream_seq not in delivered]
 
     @staticmethod
     def _cache_looks_stale(slot: Slot, deliveries: list[Delivery], verdicts: list[Verdict]) -> bool:

@@ -355,7 +355,11 @@ async def check_run(
     consumer = await _projector_consumer(nc, stream) if behind else ""
     for session_id in behind:
         rows = stored[session_id]
-        last = f"log {rows[-1].session_seq}@{rows[-1].stream_seq}" if rows else "log empty"
+        last = (
+            f"log {rows[-1].envelope.get('session_seq')}@{rows[-1].stream_seq}"
+            if rows
+            else "log empty"
+        )
         projected = await _projected(client, session_id)
         report.anomalies.append(
             Anomaly(

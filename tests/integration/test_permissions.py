@@ -20,7 +20,7 @@ from cli.embedded import EmbeddedNats
 from client.sdk import ReminderClient
 from contracts.subjects import session_token
 from services.adapters.projection import BucketReader
-from services.adapters.session_read import leader_first_after
+from services.adapters.session_read import leader_first_after, leader_messages_between
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
@@ -152,6 +152,10 @@ async def test_every_service_works_under_its_own_user_and_no_more(
         projector = await connect_as(secured_server, "projector")
         # Whether a gap's missing events are in the log: the projector asks the leader.
         assert await leader_first_after(projector, "REMINDERS", "transcript.reminder.*.secure", 0)
+        # And reads the missing events from it to fill the gap.
+        assert await leader_messages_between(
+            projector, "REMINDERS", "transcript.reminder.*.secure", 0, 10**9, 2
+        )
         assert not violations(projector)
         await projector.publish("transcript.reminder.injected.secure", b"{}")
         await projector.flush()

@@ -13,7 +13,7 @@ from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import event_subject
 from services.adapters.records import decode_record, encode_state
-from services.projector.apply import Delivery, Projector, StaleRevision, Verdict
+from services.projector.apply import Delivery, LoggedEvent, Projector, StaleRevision, Verdict
 from tests.support import Driver
 
 
@@ -268,10 +268,64 @@ class FakeLog:
 
     seqs: dict[str, list[int]] = field(default_factory=dict)
     asked: int = 0
+    #: The messages a read of the log returns, by token (none unless given: the log then
+    #: has the seqs, but a read between two finds nothing, as from a leader behind).
+    messages: dict[str, list[FakeDelivery]] = field(default_factory=dict)
+    reads: list[tuple[int, int]] = field(default_factory=list)
+    fail: bool = False
 
     async def first_after(self, token: str, after_seq: int) -> int | None:
         self.asked += 1
         return next((seq for seq in self.seqs.get(token, []) if seq > after_seq), None)
+
+    async def events_between(
+        self, token: str, after_seq: int, before_seq: int, limit: int
+    ) -> list[LoggedEvent]:
+        self.reads.append((after_seq, before_seq))
+        if self.fail:
+            raise TimeoutError
+        found = [
+            LoggedEvent(m.subject, m.data, m.stream_seq)
+            for m in self.messages.get(token, [])
+            if after_seq < m.stream_seq < before_seq
+        ]
+        return found[:limit]
+
+
+async def test_a_gap_is_filled_from_the_log_and_applied_in_the_same_batch() -> None:
+    """Redeliveries come back spread over many fetches: a session whose next event never
+    shares a fetch with the record it follows would be a gap in every one (the soak found
+    a projector applying nothing for minutes so). The missing events are read from the
+    log's leader and applied with the batch; their own deliveries come back duplicates."""
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    batch = deliveries(log)
+    stream = FakeLog({"s1": [d.stream_seq for d in batch]}, messages={"s1": deliveries(log)})
+    projector = Projector(store, dlq, log=stream)
+    await projector.process([batch[0]])
+    report = await projector.process([batch[3], batch[2]])
+    assert stream.reads == [(1, 3)]
+    assert report.filled == 1
+    assert report.verdicts[Verdict.APPLIED] == 2 and report.verdicts[Verdict.GAP] == 0
+    assert batch[2].acked and batch[3].acked and batch[2].naked is None
+    assert stored_state(store, "s1") == fold_all(
+        SessionState(), [(event, index + 1) for index, event in enumerate(log[:4])]
+    )
+    late = await projector.process([batch[1]])  # its own delivery, at last
+    assert late.verdicts[Verdict.DUPLICATE] == 1 and batch[1].acked
+
+
+async def test_a_gap_fill_that_cannot_read_the_log_leaves_the_gap_to_redelivery() -> None:
+    store, dlq = FakeStore(), FakeDlq()
+    log = session_log()
+    batch = deliveries(log)
+    stream = FakeLog({"s1": [d.stream_seq for d in batch]}, messages={"s1": batch}, fail=True)
+    projector = Projector(store, dlq, log=stream)
+    await projector.process([batch[0]])
+    report = await projector.process([batch[2]])
+    assert report.verdicts[Verdict.GAP] == 1 and report.filled == 0
+    assert batch[2].naked == 0.5 and not batch[2].acked
+    assert stored_state(store, "s1").session_seq == 1
 
 
 async def test_a_gap_whose_missing_event_is_in_the_log_is_never_final() -> None:
