@@ -276,6 +276,8 @@ class ProjectorMetrics:
     apply_latency: Histogram
     dead_letters: Counter
     lag: list[int]
+    #: Events read from the log's leader to fill a gap (not delivered to the projector).
+    gap_fills: Counter
 
     @classmethod
     def create(cls, meter: Meter) -> ProjectorMetrics:
@@ -296,6 +298,10 @@ class ProjectorMetrics:
         events = meter.create_counter("reminders_projector_events", description="Events by verdict")
         for verdict in Verdict:  # every verdict's series from the start, at 0
             events.add(0, {"verdict": verdict.value})
+        gap_fills = meter.create_counter(
+            "reminders_projector_gap_fills", description="Events read from the log to fill a gap"
+        )
+        gap_fills.add(0)
         return cls(
             events=events,
             apply_latency=meter.create_histogram(
@@ -303,6 +309,7 @@ class ProjectorMetrics:
             ),
             dead_letters=dead_letters,
             lag=lag,
+            gap_fills=gap_fills,
         )
 
 

@@ -156,6 +156,8 @@ class ProjectorWorker:
         for verdict in Verdict:
             if report.verdicts[verdict]:
                 metrics.events.add(report.verdicts[verdict], {"verdict": verdict.value})
+        if report.filled:
+            metrics.gap_fills.add(report.filled)
         if report.verdicts[Verdict.POISON]:
             metrics.dead_letters.add(report.verdicts[Verdict.POISON])
 

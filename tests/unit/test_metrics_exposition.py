@@ -167,6 +167,7 @@ def test_every_metric_name_follows_the_prometheus_conventions() -> None:
         "reminders_projector_events": "counter",
         "reminders_projector_apply_latency_seconds": "histogram",
         "reminders_dlq_messages": "counter",
+        "reminders_projector_gap_fills": "counter",
         "reminders_projector_lag": "gauge",
         "reminders_session_cache_bytes": "gauge",
         "reminders_session_cache_bound_bytes": "gauge",
