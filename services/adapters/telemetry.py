@@ -227,7 +227,8 @@ class GatewayMetrics:
     #: Reads of a session from the log, by `how`: `whole` (its whole history), `caught_up`
     #: (a cached state behind the log, the events after it folded on), `tail_refused` (a
     #: tail that did not continue the cached state: read whole next), `replica_behind` (a
-    #: tail from a replica behind the log: read again).
+    #: tail from a replica behind the log: read again), `leader_behind` (a leader out of
+    #: quorum counted fewer messages than were seen: the command waits for another).
     session_reads: LabelledCount
 
     @classmethod

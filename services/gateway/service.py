@@ -62,7 +62,7 @@ from services.gateway.forget import Forgetter
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.replies import RETRY_AFTER_MS, error_reply, unavailable_reply
 from services.gateway.rpc import handle_rpc_bytes
-from services.gateway.session_cache import ReplicaBehind, SessionCache, caught_up
+from services.gateway.session_cache import ReplicaBehind, SessionCache, ShorterLog, caught_up
 from services.gateway.tenancy import Tenancy, unscope_reply
 
 log = logging.getLogger("reminders.gateway")
@@ -260,7 +260,9 @@ class NatsCommandPorts:
     ) -> tuple[CachedSession, list[tuple[Event, int]]] | None:
         """The cached entry behind the log, with what follows it in the log folded on
         (`caught_up`); None when the session must be read whole. A tail from a replica behind
-        the log (`ReplicaBehind`) is read again, up to `CATCH_UP_ATTEMPTS` reads."""
+        the log (`ReplicaBehind`) is read again, up to `CATCH_UP_ATTEMPTS` reads; a log
+        shorter than what was seen (`ShorterLog`) is read whole only while the leader is in
+        quorum (a forgotten session), else `LogUnavailable` (a leader cut off)."""
         after = (
             base.last_stream_seq
             if events_after is None
@@ -276,6 +278,14 @@ class NatsCommandPorts:
                 if attempt < CATCH_UP_ATTEMPTS:
                     await asyncio.sleep(min(CATCH_UP_PAUSE_S, max(0.0, left)))
                 continue
+            except ShorterLog as exc:
+                attempt_s = min(left, self._settings.request_timeout_s, READ_ATTEMPT_S)
+                if not await self.quorum.confirmed(max(0.0, attempt_s)):
+                    # A leader cut off from its cluster counted from its old log: a whole
+                    # read now would fold a session behind what this gateway already saw.
+                    self._count_read("leader_behind")
+                    raise LogUnavailable(f"the leader is not in quorum: {exc}") from exc
+                caught = None  # a forgotten session: read whole
             self._count_read("caught_up" if caught is not None else "tail_refused")
             return caught
         return None

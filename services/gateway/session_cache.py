@@ -12,7 +12,9 @@ continues it exactly but stops short of the count (`ReplicaBehind`): the replica
 answered the direct gets is behind the leader that counted, and a whole read answered by
 it would be as far behind, at the cost of the session's whole history held at once. The
 catch-up is tried again then (another replica may answer), a few times, before the whole
-read.
+read. And a count lower than the cached state has seen (`ShorterLog`) is a forgotten
+session only while the leader that counted is in quorum; otherwise it is a leader cut off
+from its cluster, and the read waits for a leader that is.
 """
 
 from __future__ import annotations
@@ -118,6 +120,12 @@ class SessionCache:
         self._slots.pop(session_id)
 
 
+class ShorterLog(Exception):
+    """The leader counts fewer messages of the session than the cached state has seen: the
+    session was forgotten (its new life, if any, not in the tail), or the leader is one cut
+    off from its cluster, answering from its old log until it steps down."""
+
+
 class ReplicaBehind(Exception):
     """The catch-up's tail continued the cached state exactly but ended before the log's
     count of the session's messages: the replica that answered is behind; try again."""
@@ -132,7 +140,8 @@ def caught_up(
     count of the session's messages (`count`) is not what the folded state has seen: a
     forgotten session's new life, a replica still behind, something written beside the
     gateway. Then the session is read whole. Raises `ReplicaBehind` when `tail` continues
-    `base` exactly and only falls short of `count`."""
+    `base` exactly and only falls short of `count`, `ShorterLog` when `count` is below what
+    `base` and `tail` have seen."""
     kept: list[tuple[Event, int]] = []
     new: list[tuple[Event, int]] = []
     expected = base.state.session_seq + 1
@@ -150,8 +159,8 @@ def caught_up(
             new.append((event, raw.stream_seq))
     if count > expected - 1:
         raise ReplicaBehind(f"the tail ends at {expected - 1} of {count}")
-    if count != expected - 1:
-        return None
+    if count < expected - 1:
+        raise ShorterLog(f"the log counts {count} of {expected - 1} seen")
     if not new:
         return base, kept
     return CachedSession(fold_all(base.state, new), new[-1][1]), kept

@@ -106,3 +106,58 @@ async def test_a_tail_from_a_replica_behind_is_read_again_not_the_whole_session(
     folded = fold_all(SessionState(), [(decode(r.envelope), r.stream_seq) for r in rows])
     cached = b._ports.cache.get(SESSION)
     assert cached is not None and cached.state == folded
+
+
+async def test_a_shorter_log_from_a_leader_out_of_quorum_is_unavailable_not_read_whole(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader cut off from its cluster counts the session from its old log, fewer messages
+    than the cached state has seen: a whole read now would fold a session behind what the
+    gateway saw. While the leader is not confirmed in quorum the command is `unavailable`
+    (retry); once it is, the same shorter count means a forgotten session, read whole."""
+    committer = GroupCommitter(nc)
+    b = CommandService(nc, provisioned, committer)
+    committer.start()
+
+    async def inject(n: int) -> dict[str, Any]:
+        payload = {"session_id": SESSION, "request_id": f"r{n}", "reminder": {"body": f"n{n}"}}
+        return await b.handle("inject", orjson.dumps(payload))
+
+    try:
+        for n in range(5):
+            assert (await inject(n))["ok"]
+        ports = b._ports
+        ports.cache.mark_behind(SESSION)
+        original_tail = gateway_service.session_tail
+        whole_reads: list[str] = []
+        original_whole = gateway_service.session_messages
+
+        async def old_leader(*args: Any) -> Any:
+            answer = await original_tail(*args)
+            return answer[0], answer[1] - 2  # counted from a log two messages behind
+
+        async def counted(nc: Client, stream: str, session_id: str, **kw: Any) -> Any:
+            whole_reads.append(session_id)
+            return await original_whole(nc, stream, session_id, **kw)
+
+        async def not_in_quorum(timeout_s: float) -> bool:
+            return False
+
+        monkeypatch.setattr(gateway_service, "session_tail", old_leader)
+        monkeypatch.setattr(gateway_service, "session_messages", counted)
+        monkeypatch.setattr(ports.quorum, "confirmed", not_in_quorum)
+        reply = await inject(5)  # until the deadline, the request timeout
+        assert reply["ok"] is False and reply["error"]["code"] == "unavailable"
+        assert reply["error"]["details"]["retry_after_ms"] > 0
+        assert "maybe_applied" not in reply["error"]["details"]  # nothing was sent
+        assert whole_reads == [] and ports.cache.behind(SESSION) is not None
+
+        async def in_quorum(timeout_s: float) -> bool:
+            return True
+
+        monkeypatch.setattr(ports.quorum, "confirmed", in_quorum)
+        reply = await inject(5)  # the same request: now read whole, applied once
+        assert reply["ok"] and reply["session_seq"] == 6
+        assert whole_reads == [SESSION]
+    finally:
+        await committer.stop()

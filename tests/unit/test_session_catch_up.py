@@ -11,7 +11,7 @@ from contracts.state import SessionState
 from core import fold_all
 from services.adapters.session_read import RawStored
 from services.gateway.command import CachedSession
-from services.gateway.session_cache import ReplicaBehind, SessionCache, caught_up
+from services.gateway.session_cache import ReplicaBehind, SessionCache, ShorterLog, caught_up
 from tests.support import Driver
 
 #: Another session's events are stored between this one's: stream seqs step by this.
@@ -72,12 +72,10 @@ def test_a_log_that_does_not_continue_the_cached_state_is_read_whole() -> None:
     log = history()
     base = cached(log[:5])
     rows = stored(log)
-    # A message missing from the tail, fewer messages in the log than the state has seen
-    # (the session forgotten and begun again), a new life's events, an unreadable message.
+    # A message missing from the tail, a new life's events, an unreadable message.
     assert caught_up(base, rows[6:], count=len(log), events_after=None) is None
-    assert caught_up(base, rows[5:], count=len(log) - 1, events_after=None) is None
-    assert caught_up(base, [], count=2, events_after=None) is None
-    assert caught_up(base, stored(log[:2]), count=2, events_after=None) is None
+    new_life = [RawStored(r.data, r.stream_seq + 100, "x", 0) for r in stored(log[:2])]
+    assert caught_up(base, new_life, count=2, events_after=None) is None
     garbage = RawStored(b"not an event", rows[5].stream_seq, "x", 0)
     assert caught_up(base, [garbage, *rows[6:]], count=len(log), events_after=None) is None
 
@@ -94,6 +92,17 @@ def test_a_tail_that_continues_exactly_but_stops_short_of_the_count_is_read_agai
         caught_up(base, rows[5:7], count=len(log), events_after=None)
     with pytest.raises(ReplicaBehind):
         caught_up(base, [], count=len(log), events_after=None)
+
+
+def test_a_log_counting_fewer_messages_than_were_seen_is_told_to_the_caller() -> None:
+    # A forgotten session, or a leader cut off from its cluster: the caller asks the quorum.
+    log = history()
+    base = cached(log[:5])
+    rows = stored(log)
+    with pytest.raises(ShorterLog):
+        caught_up(base, rows[5:], count=len(log) - 1, events_after=None)
+    with pytest.raises(ShorterLog):
+        caught_up(base, [], count=2, events_after=None)
 
 
 def test_an_entry_marked_behind_is_not_served_but_kept_to_catch_up_from() -> None:
