@@ -4,6 +4,8 @@ ends with exactly the state a whole read folds."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -22,69 +24,75 @@ from services.gateway.service import CommandService
 SESSION = "behind"
 
 
+async def inject(replica: CommandService, n: int) -> dict[str, Any]:
+    """The n-th inject of the session, with its own request_id, through `replica`."""
+    payload = {"session_id": SESSION, "request_id": f"r{n}", "reminder": {"body": f"n{n}"}}
+    return await replica.handle("inject", orjson.dumps(payload))
+
+
+def count_whole_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sessions the gateway reads whole from now on (`session_messages`), in order."""
+    whole_reads: list[str] = []
+    original = gateway_service.session_messages
+
+    async def counted(nc: Client, stream: str, session_id: str, **kw: Any) -> Any:
+        whole_reads.append(session_id)
+        return await original(nc, stream, session_id, **kw)
+
+    monkeypatch.setattr(gateway_service, "session_messages", counted)
+    return whole_reads
+
+
+@asynccontextmanager
+async def replicas(
+    nc: Client, settings: Settings, count: int
+) -> AsyncIterator[list[CommandService]]:
+    """`count` gateway command services on one connection, their committers running."""
+    committers = [GroupCommitter(nc) for _ in range(count)]
+    for committer in committers:
+        committer.start()
+    try:
+        yield [CommandService(nc, settings, c) for c in committers]
+    finally:
+        for committer in committers:
+            await committer.stop()
+
+
+async def assert_cached_as_folded(nc: Client, settings: Settings, replica: CommandService) -> None:
+    """The replica's cached session is exactly what a whole read of the log folds."""
+    rows = await read_session(nc, settings.stream, SESSION, timeout_s=5)
+    folded = fold_all(SessionState(), [(decode(r.envelope), r.stream_seq) for r in rows])
+    cached = replica._ports.cache.get(SESSION)
+    assert cached is not None and cached.state == folded
+    assert cached.last_stream_seq == rows[-1].stream_seq
+
+
 async def test_a_replica_behind_the_log_catches_up_from_its_cached_state(
     nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    committers = [GroupCommitter(nc), GroupCommitter(nc)]
-    a, b = (CommandService(nc, provisioned, c) for c in committers)
-    for committer in committers:
-        committer.start()
-
-    async def inject(replica: CommandService, n: int) -> dict[str, Any]:
-        payload = {"session_id": SESSION, "request_id": f"r{n}", "reminder": {"body": f"n{n}"}}
-        return await replica.handle("inject", orjson.dumps(payload))
-
-    try:
+    async with replicas(nc, provisioned, 2) as (a, b):
         for n in range(20):  # B reads the session once and caches it as it writes
             assert (await inject(b, n))["ok"]
         for n in range(20, 25):  # A appends behind B's back
             assert (await inject(a, n))["ok"]
-        whole_reads: list[str] = []
-        original = gateway_service.session_messages
-
-        async def counted(nc: Client, stream: str, session_id: str, **kw: Any) -> Any:
-            whole_reads.append(session_id)
-            return await original(nc, stream, session_id, **kw)
-
-        monkeypatch.setattr(gateway_service, "session_messages", counted)
+        whole_reads = count_whole_reads(monkeypatch)
         reply = await inject(b, 25)  # conflicts on B's stale cache, then catches up
         assert reply["ok"] and reply["session_seq"] == 26
         assert whole_reads == []
-    finally:
-        for committer in committers:
-            await committer.stop()
-    rows = await read_session(nc, provisioned.stream, SESSION, timeout_s=5)
-    folded = fold_all(SessionState(), [(decode(r.envelope), r.stream_seq) for r in rows])
-    cached = b._ports.cache.get(SESSION)
-    assert cached is not None and cached.state == folded
-    assert cached.last_stream_seq == rows[-1].stream_seq
+    await assert_cached_as_folded(nc, provisioned, b)
 
 
 async def test_a_tail_from_a_replica_behind_is_read_again_not_the_whole_session(
     nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    committers = [GroupCommitter(nc), GroupCommitter(nc)]
-    a, b = (CommandService(nc, provisioned, c) for c in committers)
-    for committer in committers:
-        committer.start()
-
-    async def inject(replica: CommandService, n: int) -> dict[str, Any]:
-        payload = {"session_id": SESSION, "request_id": f"r{n}", "reminder": {"body": f"n{n}"}}
-        return await replica.handle("inject", orjson.dumps(payload))
-
-    try:
+    async with replicas(nc, provisioned, 2) as (a, b):
         for n in range(10):
             assert (await inject(b, n))["ok"]
         for n in range(10, 13):  # A appends behind B's back
             assert (await inject(a, n))["ok"]
-        whole_reads: list[str] = []
+        whole_reads = count_whole_reads(monkeypatch)
         tails: list[int] = []
-        original_whole = gateway_service.session_messages
         original_tail = gateway_service.session_tail
-
-        async def counted(nc: Client, stream: str, session_id: str, **kw: Any) -> Any:
-            whole_reads.append(session_id)
-            return await original_whole(nc, stream, session_id, **kw)
 
         async def lagging_first(*args: Any) -> Any:
             answer = await original_tail(*args)
@@ -93,19 +101,12 @@ async def test_a_tail_from_a_replica_behind_is_read_again_not_the_whole_session(
                 return answer[0][:-1], answer[1]
             return answer
 
-        monkeypatch.setattr(gateway_service, "session_messages", counted)
         monkeypatch.setattr(gateway_service, "session_tail", lagging_first)
         reply = await inject(b, 13)  # conflicts on B's stale cache, then catches up twice
         assert reply["ok"] and reply["session_seq"] == 14
         assert whole_reads == []
         assert len(tails) == 2 and tails[0] == tails[1] == 3
-    finally:
-        for committer in committers:
-            await committer.stop()
-    rows = await read_session(nc, provisioned.stream, SESSION, timeout_s=5)
-    folded = fold_all(SessionState(), [(decode(r.envelope), r.stream_seq) for r in rows])
-    cached = b._ports.cache.get(SESSION)
-    assert cached is not None and cached.state == folded
+    await assert_cached_as_folded(nc, provisioned, b)
 
 
 async def test_a_shorter_log_from_a_leader_out_of_quorum_is_unavailable_not_read_whole(
@@ -115,38 +116,24 @@ async def test_a_shorter_log_from_a_leader_out_of_quorum_is_unavailable_not_read
     than the cached state has seen: a whole read now would fold a session behind what the
     gateway saw. While the leader is not confirmed in quorum the command is `unavailable`
     (retry); once it is, the same shorter count means a forgotten session, read whole."""
-    committer = GroupCommitter(nc)
-    b = CommandService(nc, provisioned, committer)
-    committer.start()
-
-    async def inject(n: int) -> dict[str, Any]:
-        payload = {"session_id": SESSION, "request_id": f"r{n}", "reminder": {"body": f"n{n}"}}
-        return await b.handle("inject", orjson.dumps(payload))
-
-    try:
+    async with replicas(nc, provisioned, 1) as (b,):
         for n in range(5):
-            assert (await inject(n))["ok"]
+            assert (await inject(b, n))["ok"]
         ports = b._ports
         ports.cache.mark_behind(SESSION)
         original_tail = gateway_service.session_tail
-        whole_reads: list[str] = []
-        original_whole = gateway_service.session_messages
 
         async def old_leader(*args: Any) -> Any:
             answer = await original_tail(*args)
             return answer[0], answer[1] - 2  # counted from a log two messages behind
 
-        async def counted(nc: Client, stream: str, session_id: str, **kw: Any) -> Any:
-            whole_reads.append(session_id)
-            return await original_whole(nc, stream, session_id, **kw)
-
         async def not_in_quorum(timeout_s: float) -> bool:
             return False
 
         monkeypatch.setattr(gateway_service, "session_tail", old_leader)
-        monkeypatch.setattr(gateway_service, "session_messages", counted)
+        whole_reads = count_whole_reads(monkeypatch)
         monkeypatch.setattr(ports.quorum, "confirmed", not_in_quorum)
-        reply = await inject(5)  # until the deadline, the request timeout
+        reply = await inject(b, 5)  # until the deadline, the request timeout
         assert reply["ok"] is False and reply["error"]["code"] == "unavailable"
         assert reply["error"]["details"]["retry_after_ms"] > 0
         assert "maybe_applied" not in reply["error"]["details"]  # nothing was sent
@@ -156,8 +143,6 @@ async def test_a_shorter_log_from_a_leader_out_of_quorum_is_unavailable_not_read
             return True
 
         monkeypatch.setattr(ports.quorum, "confirmed", in_quorum)
-        reply = await inject(5)  # the same request: now read whole, applied once
+        reply = await inject(b, 5)  # the same request: now read whole, applied once
         assert reply["ok"] and reply["session_seq"] == 6
         assert whole_reads == [SESSION]
-    finally:
-        await committer.stop()
