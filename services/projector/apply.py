@@ -46,6 +46,7 @@ from contracts.stored import StoredEvent, Unreadable, read_stored
 from contracts.subjects import last_token
 from core.projection import Record, Verdict, project_all
 from services.adapters import stages
+from services.adapters.byte_budget import ByteBudget
 from services.adapters.jetstream import JetStreamApiError
 from services.adapters.lru import SizedLru
 from services.adapters.records import StaleRevision, decode_record, encode_state
@@ -160,6 +161,7 @@ class Projector:
         cache_bytes: int = 16 * 1024 * 1024,
         cas_retries: int = 5,
         concurrency: int = 64,
+        bytes_in_flight: int = 1024 * 1024,
         log: SessionLog | None = None,
     ) -> None:
         self._store = store
@@ -170,6 +172,7 @@ class Projector:
         self._cache: SizedLru[Slot] = SizedLru(cache_bytes)
         self._cas_retries = cas_retries
         self._concurrency = max(1, concurrency)
+        self._in_flight = ByteBudget(bytes_in_flight)
         self.last_apply_latency_s = 0.0
 
     async def process(self, batch: list[Delivery]) -> BatchReport:
@@ -188,7 +191,8 @@ class Projector:
         gate = asyncio.Semaphore(self._concurrency)
 
         async def one(token: str, deliveries: list[Delivery]) -> None:
-            async with gate:
+            cached = self._cache.get(token)
+            async with gate, self._in_flight.hold(0 if cached is None else cached.size):
                 await self._process_session(token, deliveries, report)
 
         # Every session runs to its end (nothing is left writing behind the next fetch);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import orjson
@@ -425,3 +426,44 @@ async def test_a_gap_against_a_cached_record_behind_the_bucket_reads_the_bucket_
     assert report.verdicts[Verdict.APPLIED] == 1 and report.verdicts[Verdict.GAP] == 0
     assert batch[3].acked and batch[3].naked is None
     assert stored_state(store, "s1").session_seq == 4
+
+
+@dataclass
+class SlowStore(FakeStore):
+    """A bucket whose writes take a moment, counting the bytes written at once."""
+
+    writing: int = 0
+    most_at_once: int = 0
+
+    async def write(self, token: str, value: bytes, revision: int | None) -> int:
+        self.writing += len(value)
+        self.most_at_once = max(self.most_at_once, self.writing)
+        await asyncio.sleep(0.01)
+        self.writing -= len(value)
+        return await super().write(token, value, revision)
+
+
+@pytest.mark.parametrize("budget_in_values", [2.5, 100])
+async def test_writes_of_large_sessions_hold_at_most_the_bytes_in_flight_budget(
+    budget_in_values: float,
+) -> None:
+    logs = [session_log(name) for name in "abcdef"]
+    # Every session's events but its last, then the last: its value grows a little, as a
+    # long session's does from one batch to the next.
+    first = [d for i, log in enumerate(logs) for d in deliveries(log[:-1], 100 * i)]
+    last = [d for i, log in enumerate(logs) for d in deliveries(log[-1:], 100 * i + len(log) - 1)]
+    store = SlowStore()
+    await Projector(store, FakeDlq()).process(list(first))
+    cached = max(len(value) for value, _ in store.values.values())
+    budget = int(budget_in_values * cached)
+    projector = Projector(store, FakeDlq(), bytes_in_flight=budget)
+    await projector.process(list(first))  # all duplicates: caches every record
+    store.most_at_once = 0
+    report = await projector.process(list(last))
+    assert report.verdicts[Verdict.APPLIED] == len(logs)
+    written = max(len(value) for value, _ in store.values.values())
+    if budget_in_values < len(logs):
+        # Two at a time: what the cache knew of each, and what each wrote, about the same.
+        assert store.most_at_once <= 2 * written < 3 * cached
+    else:
+        assert store.most_at_once >= len(logs) * cached  # all at once when they fit
