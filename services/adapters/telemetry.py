@@ -228,7 +228,9 @@ class GatewayMetrics:
     #: (a cached state behind the log, the events after it folded on), `tail_refused` (a
     #: tail that did not continue the cached state: read whole next), `replica_behind` (a
     #: tail from a replica behind the log: read again), `leader_behind` (a leader out of
-    #: quorum counted fewer messages than were seen: the command waits for another).
+    #: quorum counted fewer messages than were seen: the command waits for another),
+    #: `no_count` (the server would not count the session's messages, no leader just now:
+    #: the command waits).
     session_reads: LabelledCount
 
     @classmethod

@@ -305,9 +305,16 @@ class NatsCommandPorts:
             lambda: session_tail(self._nc, self._settings.stream, session_id, after, attempt_s),
             timeout_s,
         )
+        if tail is None:
+            # The server answered the count with an error: in a cluster, no leader (of the
+            # stream or of the cluster's metadata) just now. A whole read would be served by
+            # replicas, unchecked against any count, and hold the session's whole history
+            # at once (the soak's gateway kept the memory of those reads): wait instead.
+            self._count_read("no_count")
+            raise LogUnavailable("the stream will not count the session's messages just now")
         since = 0.0 if profile is None else profile.now()
         try:
-            caught = None if tail is None else caught_up(base, tail[0], tail[1], events_after)
+            caught = caught_up(base, tail[0], tail[1], events_after)
         finally:
             if profile is not None:
                 profile.add("session_caught_up", since)

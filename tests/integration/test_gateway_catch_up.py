@@ -146,3 +146,35 @@ async def test_a_shorter_log_from_a_leader_out_of_quorum_is_unavailable_not_read
         reply = await inject(b, 5)  # the same request: now read whole, applied once
         assert reply["ok"] and reply["session_seq"] == 6
         assert whole_reads == [SESSION]
+
+
+async def test_a_tail_the_server_will_not_count_is_unavailable_not_read_whole(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a cluster without a leader just then, the count of a session's messages comes back
+    as an error (the server's `10008`): the catch-up cannot be checked, and a whole read
+    would come from replicas unchecked and hold the session's whole history at once. The
+    command is `unavailable` (retry); once the count comes, the session is caught up."""
+    async with replicas(nc, provisioned, 1) as (b,):
+        for n in range(5):
+            assert (await inject(b, n))["ok"]
+        ports = b._ports
+        ports.cache.mark_behind(SESSION)
+        original_tail = gateway_service.session_tail
+
+        async def leaderless(*args: Any) -> Any:
+            return None
+
+        monkeypatch.setattr(gateway_service, "session_tail", leaderless)
+        whole_reads = count_whole_reads(monkeypatch)
+        reply = await inject(b, 5)  # until the deadline, the request timeout
+        assert reply["ok"] is False and reply["error"]["code"] == "unavailable"
+        assert reply["error"]["details"]["retry_after_ms"] > 0
+        assert "maybe_applied" not in reply["error"]["details"]  # nothing was sent
+        assert whole_reads == [] and ports.cache.behind(SESSION) is not None
+
+        monkeypatch.setattr(gateway_service, "session_tail", original_tail)
+        reply = await inject(b, 5)  # the same request: caught up, applied once
+        assert reply["ok"] and reply["session_seq"] == 6
+        assert whole_reads == []
+    await assert_cached_as_folded(nc, provisioned, b)

@@ -187,7 +187,7 @@ def test_labels_are_kinds_and_outcomes_only() -> None:
     # `source` is a closed set too: the five sources of a ReminderSpec, or `unknown`.
     # `how` is a closed set: how a session was read from the log.
     allowed = {"op", "outcome", "kind", "reason", "verdict", "format", "le", "source", "how"}
-    reads = {"whole", "caught_up", "tail_refused", "replica_behind", "leader_behind"}
+    reads = {"whole", "caught_up", "tail_refused", "replica_behind", "leader_behind", "no_count"}
     sources = {"stdlib_provider", "hook", "bridge", "in_pipeline", "inherited", "unknown"}
     scope = {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
     for name, (_kind, samples) in exposition().items():
