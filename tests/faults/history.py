@@ -42,6 +42,9 @@ MIX: dict[str, int] = {
     "render": 10,
     "end_turn": 8,
     "checkpoint": 6,
+    # A long session's context is compacted now and then, as an agent's is: it clears the
+    # delivered history, which otherwise grows with every render for the whole run.
+    "compact": 1,
     "handoff": 2,
     "state": 20,
     "pending_injections": 7,
@@ -229,6 +232,8 @@ class Workload:
         if choice == "revoke":
             target = rng.choice(script.queued) if script.queued else "never-seen"
             return "revoke", {**base, "reminder_id": target}
+        if choice == "compact":
+            return "compact", {**base, "turn": script.turn}
         if choice in {"render", "checkpoint"}:
             extra = {"seam": "iteration_start"} if choice == "checkpoint" else {}
             return choice, {**base, "turn": script.turn, **extra}
