@@ -67,6 +67,20 @@ async def assert_cached_as_folded(nc: Client, settings: Settings, replica: Comma
     assert cached.last_stream_seq == rows[-1].stream_seq
 
 
+async def behind_after_five(replica: CommandService) -> None:
+    """Five injects through `replica`, then its cached session marked behind the log."""
+    for n in range(5):
+        assert (await inject(replica, n))["ok"]
+    replica._ports.cache.mark_behind(SESSION)
+
+
+def assert_unavailable_nothing_sent(reply: dict[str, Any]) -> None:
+    """`unavailable` with `retry_after_ms`, and nothing sent (no `maybe_applied`)."""
+    assert reply["ok"] is False and reply["error"]["code"] == "unavailable"
+    assert reply["error"]["details"]["retry_after_ms"] > 0
+    assert "maybe_applied" not in reply["error"]["details"]
+
+
 async def test_a_replica_behind_the_log_catches_up_from_its_cached_state(
     nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,10 +131,8 @@ async def test_a_shorter_log_from_a_leader_out_of_quorum_is_unavailable_not_read
     gateway saw. While the leader is not confirmed in quorum the command is `unavailable`
     (retry); once it is, the same shorter count means a forgotten session, read whole."""
     async with replicas(nc, provisioned, 1) as (b,):
-        for n in range(5):
-            assert (await inject(b, n))["ok"]
+        await behind_after_five(b)
         ports = b._ports
-        ports.cache.mark_behind(SESSION)
         original_tail = gateway_service.session_tail
 
         async def old_leader(*args: Any) -> Any:
@@ -134,9 +146,7 @@ async def test_a_shorter_log_from_a_leader_out_of_quorum_is_unavailable_not_read
         whole_reads = count_whole_reads(monkeypatch)
         monkeypatch.setattr(ports.quorum, "confirmed", not_in_quorum)
         reply = await inject(b, 5)  # until the deadline, the request timeout
-        assert reply["ok"] is False and reply["error"]["code"] == "unavailable"
-        assert reply["error"]["details"]["retry_after_ms"] > 0
-        assert "maybe_applied" not in reply["error"]["details"]  # nothing was sent
+        assert_unavailable_nothing_sent(reply)
         assert whole_reads == [] and ports.cache.behind(SESSION) is not None
 
         async def in_quorum(timeout_s: float) -> bool:
@@ -156,10 +166,8 @@ async def test_a_tail_the_server_will_not_count_is_unavailable_not_read_whole(
     would come from replicas unchecked and hold the session's whole history at once. The
     command is `unavailable` (retry); once the count comes, the session is caught up."""
     async with replicas(nc, provisioned, 1) as (b,):
-        for n in range(5):
-            assert (await inject(b, n))["ok"]
+        await behind_after_five(b)
         ports = b._ports
-        ports.cache.mark_behind(SESSION)
         original_tail = gateway_service.session_tail
 
         async def leaderless(*args: Any) -> Any:
@@ -168,9 +176,7 @@ async def test_a_tail_the_server_will_not_count_is_unavailable_not_read_whole(
         monkeypatch.setattr(gateway_service, "session_tail", leaderless)
         whole_reads = count_whole_reads(monkeypatch)
         reply = await inject(b, 5)  # until the deadline, the request timeout
-        assert reply["ok"] is False and reply["error"]["code"] == "unavailable"
-        assert reply["error"]["details"]["retry_after_ms"] > 0
-        assert "maybe_applied" not in reply["error"]["details"]  # nothing was sent
+        assert_unavailable_nothing_sent(reply)
         assert whole_reads == [] and ports.cache.behind(SESSION) is not None
 
         monkeypatch.setattr(gateway_service, "session_tail", original_tail)
