@@ -38,6 +38,11 @@ class Decision:
     reply: dict[str, Any]
     #: Each event's wire bytes (its canonical JSON, `chain` included), made with the chain.
     encoded: tuple[bytes, ...] = ()
+    #: The first reply to this repeated `request_id` is no longer whole in the state (a
+    #: render's envelope text, digested or compacted since): it is stored on the session's
+    #: event at this `session_seq`, and only the log holds it. `reply` is the answer when
+    #: the log has no such event. None: `reply` is the answer.
+    reply_in_log: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -10,6 +10,7 @@ no events. A repeated `request_id` is answered here from the replies the session
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from contracts import commands as cmd
@@ -61,7 +62,8 @@ def with_unstored(command: cmd.Command, reply: dict[str, Any]) -> dict[str, Any]
 
 def _remembered(state: SessionState, command: cmd.Command, reply: dict[str, Any]) -> Decision:
     """The first reply to a repeated `request_id` (SPEC §4.1): only for the same op, and a
-    render's envelope text taken back from its `delivered` row."""
+    render's envelope text taken back from its `delivered` row, or, once that row is
+    digested or compacted, from the log (`Decision.reply_in_log`)."""
     op = rules.reply_op(reply)
     if op is not None and op != command.op:
         return _error(
@@ -74,7 +76,8 @@ def _remembered(state: SessionState, command: cmd.Command, reply: dict[str, Any]
         )
     rebuilt = rules.rebuilt_reply(reply, state.delivered)
     if rebuilt is None:
-        return _error(
+        # The log still has it, on the command's last event: the caller reads it there.
+        unreadable = _error(
             reject(
                 ErrorCode.INVALID_REQUEST,
                 "request_id was already used, and the envelope of its reply is no longer "
@@ -82,6 +85,7 @@ def _remembered(state: SessionState, command: cmd.Command, reply: dict[str, Any]
                 field="request_id",
             )
         )
+        return replace(unreadable, reply_in_log=int(reply["session_seq"]))
     return Decision(events=(), reply=with_unstored(command, dict(rebuilt)))
 
 

@@ -444,3 +444,43 @@ async def leader_messages_between(
         data = base64.b64decode(message.get("data") or b"")
         found.append(RawStored(data, cursor, str(message["subject"]), 0))
     return found
+
+
+class NotYetStored(Exception):
+    """The read came from a replica that has not stored the session's event yet."""
+
+
+async def stored_reply_at(
+    nc: Client, stream: str, session_id: str, session_seq: int, timeout_s: float = 5.0
+) -> dict[str, Any] | None:
+    """The reply stored on the session's event at `session_seq` (a command's last event
+    carries the reply first sent), read back from the session's last event along its links
+    (`_previous_seq`), one direct get per event after it; None when the session has no such
+    event or it carries no reply. Raises `NotYetStored` when the replica that answered ends
+    before `session_seq`, and nats-py's errors when a get goes unanswered."""
+    subject_filter = session_subject_filter(session_id)
+    token = session_token(session_id)
+    walked = 0
+    async with _DirectGetter(nc, stream, timeout_s) as getter:
+        try:
+            message = await getter.get({"last_by_subj": subject_filter})
+            while True:
+                headers = message.headers or {}
+                event = orjson.loads(message.data)
+                at = event.get("session_seq") if isinstance(event, dict) else None
+                if not isinstance(at, int) or last_token(headers["Nats-Subject"]) != token:
+                    return None  # not an event of this session: no link to follow
+                if at <= session_seq:
+                    break
+                seq = int(headers["Nats-Sequence"])
+                previous = _previous_seq(seq, headers, subject_filter)
+                if not 0 < previous < seq:
+                    return None
+                message = await getter.get({"seq": previous})
+                walked += 1
+        except _BrokenChain:
+            return None
+    if at < session_seq and walked == 0:
+        raise NotYetStored(f"the session's last event is {at}, before {session_seq}")
+    reply = event.get("reply") if at == session_seq else None
+    return reply if isinstance(reply, dict) else None

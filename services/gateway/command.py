@@ -90,6 +90,13 @@ class CommandPorts(Protocol):
     async def commit(self, append: SessionAppend, timeout_s: float) -> list[int]:
         """Append atomically; the stream seqs, or one of the `Commit*` exceptions."""
 
+    async def stored_reply(
+        self, session_id: str, session_seq: int, timeout_s: float
+    ) -> dict[str, Any] | None:
+        """The reply stored on the session's event at `session_seq` (None: no such event);
+        raises `LogUnavailable`."""
+        ...
+
     async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
         """The stream seq of the session's last event in the log now (0 for none), as the
         stream's leader has it (a replica may lag); `LogUnavailable`."""
@@ -222,6 +229,12 @@ async def _attempt(
     decision = decide(entry.state, command, timed(context, entry.state), ports.core, warnings)
     if profile is not None:
         profile.add("decide", since)
+    if decision.reply_in_log is not None:
+        # A repeated request_id whose first reply only the log still holds whole.
+        stored = await ports.stored_reply(
+            command.session_id, decision.reply_in_log, deadline.left()
+        )
+        return decision.reply if stored is None else with_unstored(command, stored)
     if not decision.events:
         # Nothing to append, so no expected-sequence check will catch a session that is
         # behind the log: a cached one (another replica appended) or one just read from a

@@ -48,9 +48,11 @@ from services.adapters.jetstream import JetStreamApiError
 from services.adapters.leader_quorum import LeaderQuorum
 from services.adapters.session_read import (
     READ_ATTEMPT_S,
+    NotYetStored,
     RawStored,
     session_messages,
     session_tail,
+    stored_reply_at,
     trusted_last_session_seq,
 )
 from services.adapters.settings import Settings
@@ -202,6 +204,20 @@ class NatsCommandPorts:
             return cached
         entry, _ = await self.read(session_id, timeout_s, None)
         return entry
+
+    async def stored_reply(
+        self, session_id: str, session_seq: int, timeout_s: float
+    ) -> dict[str, Any] | None:
+        """The reply on the session's event at `session_seq`, walked back to from its last."""
+        attempt_s = min(timeout_s, self._settings.request_timeout_s, READ_ATTEMPT_S)
+        stream = self._settings.stream
+        try:
+            return await _from_log(
+                lambda: stored_reply_at(self._nc, stream, session_id, session_seq, attempt_s),
+                timeout_s,
+            )
+        except NotYetStored as exc:  # a replica behind answered: the next attempt retries
+            raise LogUnavailable(str(exc)) from exc
 
     async def last_stream_seq(self, session_id: str, timeout_s: float) -> int:
         """The stream seq of the session's last event: a direct get of the last message on

@@ -198,6 +198,26 @@ async def test_a_repeated_request_id_is_answered_from_the_log_by_a_fresh_gateway
     assert info.state.messages == 1
 
 
+async def test_a_repeated_render_compacted_since_is_answered_from_the_log(
+    nc: Client, provisioned: Settings, services: ServiceRunner
+) -> None:
+    """Compaction digests the envelope a remembered render reply is rebuilt from; the repeat
+    still gets the first reply, text and all, read back along the session's links."""
+    services.start("gateway")
+    client = ReminderClient(nc)
+    await client.inject("recap", "due at the next render")
+    first = await client.request("render", {"session_id": "recap", "turn": 0, "request_id": "r1"})
+    assert first["ok"] is True and first["envelope"]["text"]
+    for turn in range(3):  # later events the read walks back over
+        await client.request("end_turn", {"session_id": "recap", "turn": turn})
+    compact = await client.request("compact", {"session_id": "recap", "turn": 3})
+    assert compact["ok"] is True
+    before = (await nc.jetstream().stream_info(provisioned.stream)).state.messages
+    again = await client.request("render", {"session_id": "recap", "turn": 3, "request_id": "r1"})
+    assert again == first
+    assert (await nc.jetstream().stream_info(provisioned.stream)).state.messages == before
+
+
 async def test_commands_beyond_the_per_session_rate_are_rate_limited(
     nc: Client, provisioned: Settings, services: ServiceRunner
 ) -> None:

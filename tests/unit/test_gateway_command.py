@@ -113,6 +113,15 @@ class FakePorts:
         assert timeout_s > 0
         return max((seq for event, seq in self.log if event.session_id == session_id), default=0)
 
+    async def stored_reply(
+        self, session_id: str, session_seq: int, timeout_s: float
+    ) -> dict[str, Any] | None:
+        assert timeout_s > 0
+        for event, _ in self.log:
+            if event.session_id == session_id and event.session_seq == session_seq:
+                return event.reply
+        return None
+
     def _store(self, append: SessionAppend) -> list[int]:
         start = len(self.log) + 1
         seqs = list(range(start, start + len(append.events)))
@@ -356,3 +365,21 @@ async def test_a_no_op_decided_on_a_lagging_read_after_an_unknown_outcome_is_rea
     reply = await run(ports, (clear[0], list(clear[1])))
     assert reply["ok"] is True and reply["session_seq"] == 2
     assert kinds(ports) == ["injected", "expired"] and ports.commits == 2
+
+
+async def test_a_repeated_render_compacted_since_gets_its_first_reply_from_the_log() -> None:
+    """A render stored while its reply was lost on the way; the client sends it again with
+    the same request_id after another client compacted the session, which digested the
+    envelope the state rebuilds that reply from. The first reply, text and all, is on the
+    render's last event (found by the soak's history checker: the repeat was answered
+    `invalid_request`, a definite failure, for a render that was stored)."""
+    ports = FakePorts()
+    await run(ports, inject("due at the next render"))
+    render = parse_command("render", {"session_id": "s1", "turn": 0, "request_id": "r1"})
+    first = await run(ports, (render[0], list(render[1])))
+    assert first["ok"] is True and first["envelope"]["text"]
+    compact = parse_command("compact", {"session_id": "s1", "turn": 0})
+    assert (await run(ports, (compact[0], list(compact[1]))))["ok"] is True
+    events = len(ports.log)
+    assert await run(ports, (render[0], list(render[1]))) == first
+    assert len(ports.log) == events

@@ -51,13 +51,16 @@ def test_a_request_id_reused_on_another_op_names_the_op_it_was_used_by() -> None
     }
 
 
-def test_a_repeated_render_whose_envelope_was_compacted_away_asks_for_a_new_request_id() -> None:
+def test_a_repeated_render_whose_envelope_was_compacted_away_is_answered_from_the_log() -> None:
     driver = Driver()
     driver.inject("a")
-    driver.ok("render", turn=0, request_id="r")
+    first = driver.ok("render", turn=0, request_id="r")
     driver.ok("compact", turn=0)  # clears the delivered envelope the reply's text came from
     decision = driver.run("render", turn=0, request_id="r")
     assert decision.events == ()
+    # The first reply is on the render's last event, at the session_seq it names.
+    assert decision.reply_in_log == first["session_seq"]
+    # What is answered when the log has no such event:
     assert decision.reply["error"] == {
         "code": "invalid_request",
         "message": "request_id was already used, and the envelope of its reply is no longer "
