@@ -258,6 +258,19 @@ def _previous_seq(seq: int, headers: dict[str, str], subject_filter: str) -> int
     return seq - 1
 
 
+def _link_below(message: Msg, subject_filter: str, token: str) -> int:
+    """Stream seq of the session's event before `message` (`_previous_seq`); raises
+    `_BrokenChain` when the link points up or the message is off the session: not a chain
+    the server vouched for (a copy of the stream renumbered, a message written some other
+    way)."""
+    headers = message.headers or {}
+    seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
+    previous = _previous_seq(seq, headers, subject_filter)
+    if previous >= seq or parse_event_subject(subject) is None or last_token(subject) != token:
+        raise _BrokenChain(subject)
+    return previous
+
+
 #: A walked message as kept: its body, its subject, and the seq of the session's event before.
 Walked = tuple[bytes, str, int]
 
@@ -281,14 +294,9 @@ async def _walk_session(
     found: dict[int, Walked] = {}
 
     def keep(message: Msg) -> int:
+        previous = _link_below(message, subject_filter, token)
         headers = message.headers or {}
-        seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
-        previous = _previous_seq(seq, headers, subject_filter)
-        # Pointing up, or off the session: not a chain the server vouched for (a copy of the
-        # stream renumbered, a message written some other way).
-        if previous >= seq or parse_event_subject(subject) is None or last_token(subject) != token:
-            raise _BrokenChain(subject)
-        found[seq] = (message.data, subject, previous)
+        found[int(headers["Nats-Sequence"])] = (message.data, headers["Nats-Subject"], previous)
         return previous
 
     async def anchor(subject: str, start: int) -> None:
@@ -465,16 +473,14 @@ async def stored_reply_at(
         try:
             message = await getter.get({"last_by_subj": subject_filter})
             while True:
-                headers = message.headers or {}
+                previous = _link_below(message, subject_filter, token)
                 event = orjson.loads(message.data)
                 at = event.get("session_seq") if isinstance(event, dict) else None
-                if not isinstance(at, int) or last_token(headers["Nats-Subject"]) != token:
-                    return None  # not an event of this session: no link to follow
+                if not isinstance(at, int):
+                    return None  # not an event: no session_seq to find
                 if at <= session_seq:
                     break
-                seq = int(headers["Nats-Sequence"])
-                previous = _previous_seq(seq, headers, subject_filter)
-                if not 0 < previous < seq:
+                if previous <= 0:
                     return None
                 message = await getter.get({"seq": previous})
                 walked += 1
