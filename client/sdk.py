@@ -44,6 +44,12 @@ NO_RESPONDERS_RETRY_S = 0.25
 #: A request unanswered this long is sent again: the gateway's deadline (5 s by default,
 #: `Settings.request_timeout_s`) and a second for the way there and back.
 RESEND_AFTER_S = 6.0
+#: Once a request went unanswered that long, it is sent again every this fraction of it while
+#: silence goes on: the resend itself may be lost, because for a few seconds after a node
+#: froze the others still route part of the traffic for the gateway into it (its old
+#: subscription, until their routes to it are found stale), and a second wait as long as
+#: the first would outlast most clients' timeout.
+RESEND_AGAIN_FRACTION = 1 / 3
 
 
 class ReminderClient:
@@ -131,10 +137,11 @@ class ReminderClient:
         A read, or a command with a `request_id`, is sent again when the request or its reply
         may have been lost on the way: at once when the connection was replaced while the
         reply was awaited (its server stalled or went away, and nats-py reconnected to
-        another); every `resend_after_s` of silence counted from the first send, whatever
+        another); after `resend_after_s` of silence counted from the first send, whatever
         was sent in between (a node between here and the gateway froze with the request
         inside; the gateway answers within its deadline whatever it received, but may itself
-        still have been on that node when the connection moved); and `NO_RESPONDERS_RETRY_S`
+        still have been on that node when the connection moved), and from then on every
+        `RESEND_AGAIN_FRACTION` of it while silence goes on; and `NO_RESPONDERS_RETRY_S`
         after "no responders" (no gateway was subscribed: one is moving to another node, or
         restarting; not with `wait_for_gateway` False). The first reply to any attempt is the
         answer; the gateway answers a repeated `request_id` with the first reply, so nothing
@@ -457,12 +464,15 @@ class ReminderClient:
 @dataclass
 class _Resends:
     """When one request is sent again: only a read or a command with a `request_id`
-    (`resend`), only before `until`, on silence every `silent_after_s` from `paced_from`."""
+    (`resend`), only before `until`, on silence `silent_after_s` from `paced_from` and
+    then every `RESEND_AGAIN_FRACTION` of it."""
 
     resend: bool
     until: float
     silent_after_s: float | None
     paced_from: float
+    #: Whether silence already made it send again once (then it waits less for the next).
+    resent_on_silence: bool = False
 
     def may_resend(self, at: float) -> bool:
         """Whether the request may be sent again at `at`."""
@@ -470,12 +480,17 @@ class _Resends:
 
     def due(self, now: float, replaced: bool) -> bool:
         """Whether to send again now: the connection was `replaced` since the last send, or
-        `silent_after_s` passed since the last send on silence (or the first send). A send
-        for any other reason does not postpone the next one on silence: the one it
-        replaces may have gone to a gateway that was still on a node that froze."""
+        silence lasted `silent_after_s` since the first send (a `RESEND_AGAIN_FRACTION` of
+        it since the last send on silence). A send for any other reason does not postpone
+        the next one on silence: the one it replaces may have gone to a gateway that was
+        still on a node that froze."""
         if not self.may_resend(now):
             return False
-        if self.silent_after_s is not None and now - self.paced_from >= self.silent_after_s:
-            self.paced_from = now
-            return True
+        if self.silent_after_s is not None:
+            wait_s = self.silent_after_s
+            if self.resent_on_silence:
+                wait_s *= RESEND_AGAIN_FRACTION
+            if now - self.paced_from >= wait_s:
+                self.paced_from, self.resent_on_silence = now, True
+                return True
         return replaced

@@ -141,10 +141,11 @@ async def test_answers_within_the_deadline_while_the_leader_is_paused(
     Every operation invoked while no connection had to leave the frozen node is answered
     within the gateway's deadline plus 1 s. One in flight through the node as it froze (or
     sent before its connections left it) is held inside it, where nothing can answer it:
-    the client library sends it again — at once when its own connection is replaced, every
-    `RESEND_AFTER_S` of silence from its first send, soon after "no responders" while the
-    gateway moves — and the gateway answers that within its deadline, so within
-    `RESEND_AFTER_S` + the deadline + 1 s. docs/reliability.md."""
+    the client library sends it again — at once when its own connection is replaced, after
+    `RESEND_AFTER_S` of silence from its first send and sooner after that while silence
+    goes on, soon after "no responders" while the gateway moves — and the gateway answers
+    that within its deadline, so within `RESEND_AFTER_S` + the deadline + 1 s.
+    docs/reliability.md."""
     deadline_s = r3.request_timeout_s
     paused: list[float] = []
 

@@ -1,7 +1,7 @@
 """The SDK sends a request again when it may have been lost on the way (a node froze with it
 inside): at once when its connection was replaced, after `resend_after_s` of silence
-otherwise — only a read or a command with a `request_id`, and the first reply of any attempt
-is the answer."""
+(then sooner while silence goes on) otherwise — only a read or a command with a
+`request_id`, and the first reply of any attempt is the answer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from client.sdk import NO_RESPONDERS_RETRY_S, ReminderClient
+from client.sdk import NO_RESPONDERS_RETRY_S, RESEND_AGAIN_FRACTION, ReminderClient
 from contracts.errors import ReminderError
 
 
@@ -145,6 +145,33 @@ async def test_a_resend_on_reconnection_does_not_postpone_the_resend_on_silence(
     await moved
     assert reply == {"ok": True, "attempt": 3}
     assert asyncio.get_running_loop().time() - started < 0.9  # not 0.4 + 0.6
+
+
+async def test_after_one_resend_on_silence_the_next_comes_sooner() -> None:
+    """The first attempt and the resend after `resend_after_s` of silence are both lost
+    (the resend went into a node that froze, through a route not yet found stale): the
+    next goes a `RESEND_AGAIN_FRACTION` of `resend_after_s` later, not a whole one."""
+    nc = FrozenThenLive(lost=2)
+    client = ReminderClient(nc, timeout_s=5.0, resend_after_s=0.9)  # type: ignore[arg-type]
+    payload = {"session_id": "s", "request_id": "r-1", "reminder": {"body": "x"}}
+    started = asyncio.get_running_loop().time()
+    reply = await asyncio.wait_for(client.request("inject", payload), 3.0)
+    waited = asyncio.get_running_loop().time() - started
+    assert reply == {"ok": True, "attempt": 3}
+    assert nc.sent == [payload] * 3
+    assert 0.9 * (1 + RESEND_AGAIN_FRACTION) <= waited < 1.6  # not 0.9 + 0.9
+
+
+async def test_silence_resends_are_paced_until_the_timeout() -> None:
+    """Nothing ever answers: one resend after `resend_after_s`, then one every
+    `RESEND_AGAIN_FRACTION` of it — paced, not a busy loop — until the timeout."""
+    nc = FrozenThenLive(lost=1000)
+    client = ReminderClient(nc, timeout_s=2.0, resend_after_s=0.6)  # type: ignore[arg-type]
+    with pytest.raises(ReminderError) as raised:
+        await client.request("state", {"session_id": "s"})
+    assert raised.value.code == "unavailable"
+    # Sends at 0, 0.6, 0.8, 1.0, ... 1.8: at most (2.0 - 0.6) / 0.2 + 2 of them.
+    assert 5 <= len(nc.sent) <= (2.0 - 0.6) / (0.6 * RESEND_AGAIN_FRACTION) + 2
 
 
 async def test_a_client_that_does_not_wait_for_a_gateway_is_answered_at_once() -> None:
