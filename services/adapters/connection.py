@@ -116,6 +116,7 @@ async def connect_url(
             hopeless.set()
 
     nc = Client()
+    moves = _Moves(nc)
     # `options` may set each attempt's own `connect_timeout`: the first connection as a
     # whole is bounded by `startup_timeout_s` all the same.
     timing: dict[str, Any] = {
@@ -134,6 +135,8 @@ async def connect_url(
             max_reconnect_attempts=-1,
             allow_reconnect=True,
             error_cb=record,
+            disconnected_cb=moves.disconnected,
+            reconnected_cb=moves.reconnected,
             **timing,
         )
     )
@@ -146,10 +149,23 @@ async def connect_url(
         gave_up.cancel()
     connecting = False
     if attempt in done and attempt.exception() is None:
+        moves.connected()
         if isinstance(failover, LeaveStaleServer):
             failover.connected(nc)
         return nc
-    if attempt in done:
+    raise await _unreachable(nc, attempt, errors, url, startup_timeout_s)
+
+
+async def _unreachable(
+    nc: Client,
+    attempt: asyncio.Future[None],
+    errors: list[BaseException],
+    url: str,
+    timeout_s: float,
+) -> NatsUnreachable:
+    """Why the first connection failed: its own error, else the most telling one met on the
+    way (a cause retrying cannot cure first); the half-open client is closed."""
+    if attempt.done():
         errors.append(attempt.exception())  # type: ignore[arg-type]
     else:
         attempt.cancel()
@@ -161,10 +177,10 @@ async def connect_url(
     with contextlib.suppress(Exception):  # a half-open client; closing is best effort
         await nc.close()
     last = next(
-        (e for e in reversed(errors) if describe_failure(e, startup_timeout_s)[1]),
+        (e for e in reversed(errors) if describe_failure(e, timeout_s)[1]),
         errors[-1] if errors else None,
     )
-    raise NatsUnreachable(url, describe_failure(last, startup_timeout_s)[0])
+    return NatsUnreachable(url, describe_failure(last, timeout_s)[0])
 
 
 async def _quiet_error(exc: Exception) -> None:
@@ -173,6 +189,32 @@ async def _quiet_error(exc: Exception) -> None:
     log.warning(
         "nats connection trouble", extra={"error": type(exc).__name__, "detail": str(exc)[:200]}
     )
+
+
+class _Moves:
+    """Logs when a connection was lost and where it reconnected, so an operator reads when
+    and where a service moved (nats-py's disconnected and reconnected callbacks)."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        #: host:port of the server the connection is on ("" before the first connection);
+        #: never credentials.
+        self.server = ""
+
+    def connected(self) -> None:
+        """The connection is up: remember the server (nats-py names none once it is lost)."""
+        url = self._nc.connected_url
+        self.server = url.netloc.rsplit("@", 1)[-1] if url is not None else ""
+
+    async def disconnected(self) -> None:
+        """Lost: a warning, unless it was closed on purpose (shutdown) or never made."""
+        if self.server and self._nc.is_reconnecting:
+            log.warning("nats connection lost; reconnecting", extra={"server": self.server})
+
+    async def reconnected(self) -> None:
+        """On another server, or the same one again."""
+        self.connected()
+        log.info("nats reconnected", extra={"server": self.server})
 
 
 def server_urls(nats_url: str) -> list[str]:

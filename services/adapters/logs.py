@@ -29,6 +29,7 @@ ALLOWED_EXTRA = frozenset(
         "lag",
         "pid",
         "detail",
+        "server",
     }
 )
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import orjson
 import pytest
 
 from client.sdk import ReminderClient
@@ -19,7 +21,7 @@ async def test_acknowledged_events_survive_a_nats_sigkill_and_the_gateway_reconn
 ) -> None:
     if nats_server.embedded is None:
         pytest.skip("needs the embedded server to kill it (REMINDERS_TEST_NATS_URL is set)")
-    services.start("gateway")
+    gateway = services.start("gateway")
     nc = await connect(provisioned, "test-client")
     client = ReminderClient(nc, timeout_s=2)
     for n in range(10):
@@ -37,6 +39,24 @@ async def test_acknowledged_events_survive_a_nats_sigkill_and_the_gateway_reconn
     stored = await read_session(nc, provisioned.stream, "survivor")
     assert len(stored) == 11
     await nc.close()
+    # The gateway's log says when and where its connection went, and nothing else of it.
+    server = nats_server.url.split("://", 1)[-1]
+    moves = [
+        (line["level"], line["msg"], line.get("server"))
+        for line in map(orjson.loads, gateway.log_path.read_bytes().splitlines())
+        if line["logger"] == "reminders.nats"
+    ]
+    assert ("warning", "nats connection lost; reconnecting", server) in moves
+    assert ("info", "nats reconnected", server) in moves
+
+
+async def test_a_connection_closed_on_purpose_logs_no_reconnection(
+    nats_server: NatsUnderTest, provisioned: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    nc = await connect(provisioned, "test-client")
+    with caplog.at_level(logging.INFO, logger="reminders.nats"):
+        await nc.close()
+    assert [record.getMessage() for record in caplog.records] == []
 
 
 async def test_every_worker_rides_out_a_nats_restart_and_the_projection_catches_up(
