@@ -110,6 +110,11 @@ def _server(nc: Client) -> str:
     return f"the NATS server at {url.geturl()}" if url is not None else "the NATS server"
 
 
+#: How many times a whole-stream read asks again for a batch that stopped (a replica that
+#: froze or went away mid-batch) before it gives up.
+STALL_RETRIES = 2
+
+
 @dataclass
 class ReadStats:
     """What a read from NATS cost: matching messages when it began, and what the server sent."""
@@ -131,7 +136,9 @@ async def iterate_stream(
     for reading the whole stream, and `rows_from_nats` for one session)."""
     stats = stats or ReadStats()
     try:
-        async for raw in iterate_direct(nc, stream, subject_filter, batch=2048):
+        async for raw in iterate_direct(
+            nc, stream, subject_filter, batch=2048, stall_retries=STALL_RETRIES
+        ):
             stats.server_sent += 1
             yield _row(raw, stats)
             if progress is not None:
@@ -140,6 +147,11 @@ async def iterate_stream(
         raise ReplayError(f"stream {stream} cannot be read: {exc.description}") from None
     except nats.errors.NoRespondersError:
         raise ReplayError(f"stream {stream} does not exist") from None
+    except nats.errors.TimeoutError:
+        raise ReplayError(
+            f"stream {stream} stopped answering: {STALL_RETRIES + 1} batches in a row "
+            "waited more than 5 s for their next message"
+        ) from None
 
 
 def _row(raw: RawStored, stats: ReadStats) -> StoredEvent:

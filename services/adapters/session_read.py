@@ -16,6 +16,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.stored import StoredEvent
 from contracts.subjects import (
@@ -55,9 +56,15 @@ async def iterate_direct(
     batch: int = 512,
     timeout_s: float = 5.0,
     max_bytes: int | None = None,
+    stall_retries: int = 0,
 ) -> AsyncIterator[RawStored]:
     """Every stored message matching `subject_filter` after `after_seq`, in order, read with
     batched direct gets (of at most `batch` messages, and about `max_bytes` when given).
+
+    A batch that stops for `timeout_s` raises `nats.errors.TimeoutError`, or, up to
+    `stall_retries` times in all, is asked for again from the first message not yet read
+    (any replica may answer a direct get, and the one that answered may have frozen or
+    gone): for a reader of the whole stream, which has no deadline of its own.
 
     No consumer is made, so a reader needs no right to create one (a reader that may create
     consumers may also make the server deliver to any subject it names). The server sends
@@ -76,7 +83,14 @@ async def iterate_direct(
                 request["max_bytes"] = max_bytes
             await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
             while True:
-                message = await subscription.next_msg(timeout=timeout_s)
+                try:
+                    message = await subscription.next_msg(timeout=timeout_s)
+                except NatsTimeoutError:
+                    if stall_retries <= 0:
+                        raise
+                    stall_retries -= 1
+                    more = True
+                    break
                 headers = message.headers or {}
                 status = headers.get("Status")
                 if status == "404":
