@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from dataclasses import dataclass, field
 
 import orjson
@@ -467,3 +469,32 @@ async def test_writes_of_large_sessions_hold_at_most_the_bytes_in_flight_budget(
         assert store.most_at_once <= 2 * written < 3 * cached
     else:
         assert store.most_at_once >= len(logs) * cached  # all at once when they fit
+
+
+@dataclass
+class UnreachableStore(FakeStore):
+    """A store whose writes fail as while NATS is away (the batch is redelivered)."""
+
+    async def write(self, token: str, value: bytes, revision: int | None) -> int:
+        raise ConnectionError("the bucket did not answer")
+
+
+async def test_a_failed_batch_is_freed_at_once_not_by_the_cycle_collector() -> None:
+    """A batch that fails must not stay alive in a reference cycle (its failure's traceback
+    holding the frame that holds the failure) until the next full collection: a projector
+    that collects rarely kept every failed batch's deliveries and states for minutes."""
+    batch = deliveries(session_log("a")) + deliveries(session_log("b"), first_seq=100)
+    alive = [weakref.ref(delivery) for delivery in batch]
+    projector = Projector(UnreachableStore(), FakeDlq())
+    gc.disable()
+    try:
+        failed = False
+        try:
+            await projector.process(batch)
+        except ConnectionError:
+            failed = True
+        del batch
+        assert failed
+        assert [ref() for ref in alive if ref() is not None] == []
+    finally:
+        gc.enable()
