@@ -23,6 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+import nats.errors
 from nats.aio.client import Client
 
 from contracts.records import Tombstone
@@ -30,9 +31,10 @@ from contracts.state import SessionState
 from contracts.stored import StoredEvent
 from contracts.subjects import session_token, token_subject_filter
 from core.projection import Record, project_all
+from replay.errors import ReplayError
 from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore
 from replay.scope import AuditScope
-from replay.source import EVENT_FILTER, iterate_stream, stored_row
+from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_stream, stored_row
 from services.adapters.bucket_scan import bucket_values
 from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
 from services.adapters.session_read import iterate_direct, session_messages
@@ -94,6 +96,22 @@ async def _each(
             progress(stage, done, total)
 
 
+async def read_projection(store: KvSessionStore, token: str) -> tuple[bytes | None, int | None]:
+    """The bucket's value and revision for `token`, asked for again (up to `STALL_RETRIES`
+    times) when a read times out: a direct get may be answered by a replica that froze or
+    went away, as a whole-stream read's batch may; a read that keeps timing out ends the
+    command in one line (`ReplayError`)."""
+    for _ in range(STALL_RETRIES):
+        try:
+            return await store.read(token)
+        except nats.errors.TimeoutError:
+            continue
+    try:
+        return await store.read(token)
+    except nats.errors.TimeoutError:
+        raise ReplayError(f"the projection of session {token} was not read in time") from None
+
+
 @dataclass
 class RebuildReport:
     """What a rebuild did."""
@@ -117,7 +135,7 @@ async def rebuild(
 
     async def write(folded: FoldedSession) -> None:
         for _attempt in range(10):
-            value, revision = await kv.read(folded.token)
+            value, revision = await read_projection(kv, folded.token)
             current = decode_record(value)
             record = folded.record
             if isinstance(current, Tombstone):
@@ -199,7 +217,7 @@ async def verify_projection(
 
     async def check(folded: FoldedSession) -> None:
         nonlocal checked
-        value, _ = await kv.read(folded.token)
+        value, _ = await read_projection(kv, folded.token)
         current = decode_record(value)
         if not (in_scope(folded.record) or (folded.events == 0 and in_scope(current))):
             return  # another tenant's session (or a bare tombstone)
