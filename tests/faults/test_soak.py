@@ -101,16 +101,19 @@ async def test_soak(
             await asyncio.sleep(10.0)
 
     shape = RunShape(sessions=12, warmup_s=5.0, quiet_s=0.0, max_s=duration, pause_s=0.05)
-    report, history, _ = await run_checked(
-        proxied, settings, tmp_path / "run", shape, nemesis, watch
-    )
-    curve = [
-        {"t": round(t, 1), **{k: round(v, 1) for k, v in row.items()}}
-        | {f"{k}_cache_fill": round(v, 2) for k, v in fill.items()}
-        | {f"{k}_reads": v for k, v in read.items()}
-        for (t, row), fill, read in zip(samples, fills, reads, strict=True)
-    ]
-    print("rss_mib curve:", json.dumps(curve))
+    try:
+        report, history, _ = await run_checked(
+            proxied, settings, tmp_path / "run", shape, nemesis, watch
+        )
+    finally:
+        # Printed whatever the end: a run that fails its check still shows its memory.
+        curve = [
+            {"t": round(t, 1), **{k: round(v, 1) for k, v in row.items()}}
+            | {f"{k}_cache_fill": round(v, 2) for k, v in fill.items()}
+            | {f"{k}_reads": v for k, v in read.items()}
+            for (t, row), fill, read in zip(samples, fills, reads, strict=True)
+        ]
+        print("rss_mib curve:", json.dumps(curve))
     assert report.anomalies == [], f"history {history.path}\n{report.summary()}"
     caches = set().union(*fills)
     assert {"gateway-a", "projector-a"} <= caches, f"no cache gauge scraped: {caches}"
