@@ -254,6 +254,7 @@ class BucketReader:
         every place is taken."""
         record = await self.get(token)
         if not ready(record) and timeout_s > 0:
+            del record  # not held while waiting (`wait`)
             record = await self.wait(token, ready, timeout_s)
         return record, not ready(record)
 
@@ -269,6 +270,9 @@ class BucketReader:
             record = await self.get(token)
             if ready(record):
                 return record
+            # A waiting query holds no value (a hot session's is large, and a fault makes
+            # hundreds wait at once): its answer is read when the wait ends.
+            del record
             with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(asyncio.shield(waiter.done), timeout_s)
             return await self.get(token)

@@ -101,6 +101,8 @@ class ProjectionReader:
             return _caught_up(record, last_seq, min_seq)
 
         if not ready(record) and timeout_s > 0:
+            # Not held while waiting: a waiting query keeps no value (`BucketReader.wait`).
+            del record
             record = await self._wait(token, ready, timeout_s)
         return record, not ready(record)
 

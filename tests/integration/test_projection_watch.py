@@ -5,12 +5,17 @@ still gets the value it waits for."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import orjson
 from nats.aio.client import Client
 
+from contracts.subjects import session_token
 from services.adapters.projection import BucketReader, Projected
+from services.adapters.records import READ_TIMEOUT_S
 from services.adapters.settings import Settings
+from services.gateway.queries import ProjectionReader
 
 
 def state_value(session_seq: int, padding: int = 0) -> bytes:
@@ -50,5 +55,38 @@ async def test_a_wait_gets_its_value_and_the_watch_carries_no_values(
 
         consumers = await nc.jetstream().consumers_info(f"KV_{provisioned.kv_bucket}")
         assert consumers and all(info.config.headers_only for info in consumers)
+    finally:
+        await reader.watch.stop()
+
+
+async def test_a_waiting_query_holds_no_value(nc: Client, provisioned: Settings) -> None:
+    """While a fault holds the projection back, every query waits at once: each keeps only
+    its place, not the value it read (a hot session's is large), and reads its answer when
+    the wait ends."""
+    kv = await nc.jetstream().key_value(provisioned.kv_bucket)
+    reader = ProjectionReader(nc, provisioned)
+    read: list[weakref.ref[Projected]] = []
+    get = reader._bucket.get
+
+    async def tracked_get(token: str, timeout_s: float = READ_TIMEOUT_S) -> Projected:
+        record = await get(token, timeout_s)
+        read.append(weakref.ref(record))
+        return record
+
+    reader._bucket.get = tracked_get  # type: ignore[method-assign]
+    token = session_token("held")
+    try:
+        await kv.put(token, state_value(1, padding=200_000))
+        queries = [
+            asyncio.ensure_future(reader.projected("held", min_seq=3, timeout_ms=5000))
+            for _ in range(20)
+        ]
+        await asyncio.sleep(0.5)  # each has read twice (before and after registering)
+        assert len(read) == 40 and reader.watch.waiting == 20
+        gc.collect()
+        assert [ref for ref in read if ref() is not None] == []
+        await kv.put(token, state_value(3))
+        answers = await asyncio.wait_for(asyncio.gather(*queries), 3.0)
+        assert {(record.session_seq, stale) for record, stale in answers} == {(3, False)}
     finally:
         await reader.watch.stop()
