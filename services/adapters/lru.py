@@ -28,6 +28,7 @@ class SizedLru(Generic[V]):
         self._max_entries = max_entries
         self._entries: OrderedDict[str, V] = OrderedDict()
         self._bytes = 0
+        self._evictions = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -36,6 +37,11 @@ class SizedLru(Generic[V]):
     def bytes(self) -> int:
         """What the entries count against the byte bound."""
         return self._bytes
+
+    @property
+    def evictions(self) -> int:
+        """Entries evicted beyond a bound so far: once there are any, the cache is full."""
+        return self._evictions
 
     def get(self, key: str) -> V | None:
         """The entry, freshened in LRU order."""
@@ -62,3 +68,4 @@ class SizedLru(Generic[V]):
         ):
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.size
+            self._evictions += 1

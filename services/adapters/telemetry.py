@@ -197,10 +197,16 @@ def labelled_count(meter: Meter, name: str, description: str) -> LabelledCount:
     return _COUNTS[key][1]
 
 
-def session_cache_gauge(meter: Meter, cached_bytes: Callable[[], int], bound_bytes: int) -> None:
+def session_cache_gauge(
+    meter: Meter,
+    cached_bytes: Callable[[], int],
+    bound_bytes: int,
+    evictions: Callable[[], int],
+) -> None:
     """Expose how full a service's session cache is: the encoded bytes it counts against its
-    bound, and the bound. A service's memory grows until its cache is full, so this is what
-    tells warm-up from growth (`docs/observability.md`)."""
+    bound, the bound, and how many sessions it evicted beyond a bound so far. A service's
+    memory grows until its cache is full, so this is what tells warm-up from growth
+    (`docs/observability.md`); a cache that has evicted is full."""
     meter.create_observable_gauge(
         "reminders_session_cache_bytes",
         callbacks=[lambda _options: [Observation(cached_bytes())]],
@@ -212,6 +218,11 @@ def session_cache_gauge(meter: Meter, cached_bytes: Callable[[], int], bound_byt
         callbacks=[lambda _options: [Observation(bound_bytes)]],
         unit="By",
         description="The bound on reminders_session_cache_bytes",
+    )
+    meter.create_observable_counter(
+        "reminders_session_cache_evictions",
+        callbacks=[lambda _options: [Observation(evictions())]],
+        description="Session states this process's cache evicted beyond its bounds",
     )
 
 

@@ -41,6 +41,10 @@ class GatewayParts:
         """Encoded bytes in this gateway's session cache (0 before it started)."""
         return self.service.cached_bytes() if self.service is not None else 0
 
+    def cache_evictions(self) -> int:
+        """Sessions evicted from this gateway's cache so far (0 before it started)."""
+        return self.service.cache_evictions() if self.service is not None else 0
+
 
 @dataclass
 class Gateway:
@@ -61,7 +65,9 @@ class Gateway:
             stages.profile_client_io(runtime.connection, stages.PROFILE)
         meter = meter_provider("reminders-gateway").get_meter("gateway")
         metrics = GatewayMetrics.create(meter, parts.active_sessions)
-        session_cache_gauge(meter, parts.cached_bytes, self.settings.gateway_cache_bytes)
+        session_cache_gauge(
+            meter, parts.cached_bytes, self.settings.gateway_cache_bytes, parts.cache_evictions
+        )
         parts.failover = Failover(runtime.connection, self.settings.failover_after_s)
         parts.committer = GroupCommitter(
             runtime.connection,

@@ -432,6 +432,10 @@ class CommandService:
         """Encoded bytes of the session states this gateway caches (against its bound)."""
         return self._ports.cache.cached_bytes
 
+    def cache_evictions(self) -> int:
+        """Sessions this gateway's cache evicted beyond its bounds so far."""
+        return self._ports.cache.evictions
+
     def _seen(self, session_id: str, now: float) -> None:
         """Note a session's command; forget those quiet for longer than the gauge's window
         here too, since nothing else trims them while no one reads the gauge."""

@@ -83,6 +83,11 @@ class SessionCache:
         """What the cached sessions count against the byte bound."""
         return self._slots.bytes
 
+    @property
+    def evictions(self) -> int:
+        """Sessions evicted beyond a bound so far."""
+        return self._slots.evictions
+
     def get(self, session_id: str) -> CachedSession | None:
         """The cached entry, freshened in LRU order; None when it may be behind the log."""
         slot = self._slots.get(session_id)

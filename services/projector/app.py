@@ -92,7 +92,10 @@ class ProjectorWorker:
         )
         projector = self.projector
         session_cache_gauge(
-            meter, lambda: projector.cached_bytes, self.settings.projector_cache_bytes
+            meter,
+            lambda: projector.cached_bytes,
+            self.settings.projector_cache_bytes,
+            lambda: projector.cache_evictions,
         )
         collect_less_often()
 

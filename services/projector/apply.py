@@ -223,6 +223,11 @@ class Projector:
         """Bytes the cached records count against the budget (encoded value sizes)."""
         return self._cache.bytes
 
+    @property
+    def cache_evictions(self) -> int:
+        """Records evicted from the cache beyond its budget so far."""
+        return self._cache.evictions
+
     def _remember(self, token: str, slot: Slot) -> None:
         """Cache `slot` as the newest, then evict the oldest while over the byte budget."""
         self._cache.put(token, slot)

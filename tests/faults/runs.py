@@ -88,6 +88,16 @@ def cache_fill(scraped: dict[str, dict[str, float]]) -> dict[str, float]:
     return fill
 
 
+def cache_evictions(scraped: dict[str, dict[str, float]]) -> dict[str, float]:
+    """How many sessions each service's cache has evicted so far, by label, for the services
+    that have one: once any, the cache is full."""
+    return {
+        label: samples["reminders_session_cache_evictions_total"]
+        for label, samples in scraped.items()
+        if "reminders_session_cache_evictions_total" in samples
+    }
+
+
 def scrape_samples(proc: ServiceProcess) -> dict[str, float]:
     """A service's /metrics samples (empty when it does not answer), each by its name, and
     by `name{label=value,…}` when it has labels beside the scope's."""

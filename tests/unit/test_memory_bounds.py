@@ -83,11 +83,15 @@ def test_the_session_cache_evicts_the_least_recent_beyond_its_bytes() -> None:
     one = encoded_bytes(states["a"])
     cache = SessionCache(capacity=100, capacity_bytes=2 * one + one // 2)
     for name, state in states.items():
+        assert cache.evictions == 0  # not full yet: nothing evicted
         cache.put(name, CachedSession(state, 1))
         assert cache.cached_bytes <= 2 * one + one // 2
     assert cache.get("a") is None
     assert cache.get("b") is not None and cache.get("c") is not None
     assert len(cache) == 2
+    assert cache.evictions == 1  # full: the gauge that ends the soak's warm-up
+    cache.put("c", CachedSession(states["c"], 2))  # replacing an entry evicts nothing
+    assert cache.evictions == 1
     cache.drop("b")
     assert cache.cached_bytes == encoded_bytes(states["c"])
 

@@ -45,7 +45,7 @@ def exposition() -> dict[str, tuple[str, list[Sample]]]:
     projector = ProjectorMetrics.create(meter)
     observer = ObserverMetrics.create()
     propagator = PropagatorMetrics.create(meter)
-    session_cache_gauge(meter, lambda: 3 * 1024, 4 * 1024 * 1024)
+    session_cache_gauge(meter, lambda: 3 * 1024, 4 * 1024 * 1024, lambda: 5)
     ok = {"op": "inject", "outcome": "ok"}
     gateway.commands.add(1, ok)
     gateway.latency.record(0.0031, ok)  # 3.1 ms: in the (2.5 ms, 5 ms] bucket
@@ -171,6 +171,7 @@ def test_every_metric_name_follows_the_prometheus_conventions() -> None:
         "reminders_projector_lag": "gauge",
         "reminders_session_cache_bytes": "gauge",
         "reminders_session_cache_bound_bytes": "gauge",
+        "reminders_session_cache_evictions": "counter",
         "reminders_lifecycle_events": "counter",
         "reminders_live": "gauge",
         "reminders_envelope_bytes": "histogram",
@@ -181,6 +182,7 @@ def test_every_metric_name_follows_the_prometheus_conventions() -> None:
     for name, kind in exposed.items():
         assert families[name][0] == kind, name
     assert [s.value for s in families["reminders_session_cache_bytes"][1]] == [3 * 1024]
+    assert [s.value for s in families["reminders_session_cache_evictions"][1]] == [5]
 
 
 def test_labels_are_kinds_and_outcomes_only() -> None:

@@ -223,8 +223,10 @@ async def test_the_cache_stays_within_its_byte_budget_and_an_evicted_session_is_
     budget = len(encode_state(two)) * 3 // 2
     projector = Projector(store, dlq, cache_bytes=budget)
     await projector.process(list(deliveries(log_a[:2])))
+    assert projector.cache_evictions == 0
     await projector.process(list(deliveries(log_b[:2], first_seq=100)))
     assert 0 < projector.cached_bytes <= budget
+    assert projector.cache_evictions == 1
     reads = store.reads
     # Both did not fit: "a", the least recently used, was evicted and is read back.
     await projector.process(list(deliveries(log_a)))
