@@ -203,7 +203,8 @@ class Projector:
         # rarely; these tasks are freed as soon as this returns.
         tasks = [asyncio.ensure_future(one(token, items)) for token, items in by_token.items()]
         try:
-            await asyncio.wait(tasks)
+            if tasks:  # `asyncio.wait` refuses an empty set; an empty batch has nothing to do
+                await asyncio.wait(tasks)
         except asyncio.CancelledError:
             for task in tasks:
                 task.cancel()

@@ -500,3 +500,8 @@ async def test_a_failed_batch_is_freed_at_once_not_by_the_cycle_collector() -> N
         assert [ref() for ref in alive if ref() is not None] == []
     finally:
         gc.enable()
+
+
+async def test_an_empty_batch_is_an_empty_report() -> None:
+    report = await Projector(FakeStore(), FakeDlq()).process([])
+    assert report.sessions_written == 0 and not any(report.verdicts.values())
