@@ -197,7 +197,7 @@ def labelled_count(meter: Meter, name: str, description: str) -> LabelledCount:
     return _COUNTS[key][1]
 
 
-def session_cache_gauge(
+def session_cache_metrics(
     meter: Meter,
     cached_bytes: Callable[[], int],
     bound_bytes: int,

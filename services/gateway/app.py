@@ -13,7 +13,7 @@ from services.adapters.settings import Settings
 from services.adapters.telemetry import (
     GatewayMetrics,
     meter_provider,
-    session_cache_gauge,
+    session_cache_metrics,
     tracer_provider,
     tracing_enabled,
 )
@@ -65,7 +65,7 @@ class Gateway:
             stages.profile_client_io(runtime.connection, stages.PROFILE)
         meter = meter_provider("reminders-gateway").get_meter("gateway")
         metrics = GatewayMetrics.create(meter, parts.active_sessions)
-        session_cache_gauge(
+        session_cache_metrics(
             meter, parts.cached_bytes, self.settings.gateway_cache_bytes, parts.cache_evictions
         )
         parts.failover = Failover(runtime.connection, self.settings.failover_after_s)

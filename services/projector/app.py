@@ -21,7 +21,7 @@ from services.adapters.telemetry import (
     ProjectorMetrics,
     consumer_span,
     meter_provider,
-    session_cache_gauge,
+    session_cache_metrics,
     tracer_provider,
 )
 from services.projector.adapters import JetStreamDeadLetters, LeaderSessionLog, NatsDelivery
@@ -91,7 +91,7 @@ class ProjectorWorker:
             log=LeaderSessionLog(runtime.connection, self.settings.stream),
         )
         projector = self.projector
-        session_cache_gauge(
+        session_cache_metrics(
             meter,
             lambda: projector.cached_bytes,
             self.settings.projector_cache_bytes,

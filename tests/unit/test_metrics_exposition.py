@@ -17,7 +17,7 @@ from services.adapters.telemetry import (
     ProjectorMetrics,
     meter_provider,
     metrics_text,
-    session_cache_gauge,
+    session_cache_metrics,
 )
 from services.observer.app import ObserverMetrics
 from services.propagator.app import PropagatorMetrics
@@ -45,7 +45,7 @@ def exposition() -> dict[str, tuple[str, list[Sample]]]:
     projector = ProjectorMetrics.create(meter)
     observer = ObserverMetrics.create()
     propagator = PropagatorMetrics.create(meter)
-    session_cache_gauge(meter, lambda: 3 * 1024, 4 * 1024 * 1024, lambda: 5)
+    session_cache_metrics(meter, lambda: 3 * 1024, 4 * 1024 * 1024, lambda: 5)
     ok = {"op": "inject", "outcome": "ok"}
     gateway.commands.add(1, ok)
     gateway.latency.record(0.0031, ok)  # 3.1 ms: in the (2.5 ms, 5 ms] bucket
