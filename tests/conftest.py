@@ -21,6 +21,20 @@ from cli.provision import provision_all
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
+#: Most of the suite's time is spent waiting on servers and processes, so it runs in worker
+#: processes (pytest-xdist, `-n auto` in pyproject.toml), each test with its own server.
+MAX_TEST_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto`: one per core, between 2 and `MAX_TEST_WORKERS`; none (one
+    process) when every test shares one external server, whose streams the tests delete
+    and make again, or when a marker expression selects a long form (`-m soak`, `-m faults`,
+    `-m fuzz`), whose figures are printed with `-s`, which workers do not pass through."""
+    if os.environ.get("REMINDERS_TEST_NATS_URL") or config.option.markexpr:
+        return 0
+    return min(MAX_TEST_WORKERS, max(2, os.cpu_count() or 1))
+
 
 def _docker_answers() -> bool:
     try:
