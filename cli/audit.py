@@ -417,7 +417,9 @@ def rebuild_command(
         try:
             await require_stream(nc, stream)
             await require_bucket(nc, bucket)
-            with stage_bars(reading="reading the log", writing="writing sessions") as update:
+            with stage_bars(
+                reading="reading the log", folding="folding sessions", writing="writing sessions"
+            ) as update:
                 report = await rebuild(nc, stream, bucket, update, cache_sessions)
         finally:
             await nc.close()
@@ -471,6 +473,7 @@ def verify_projection_command(
                 await _require_known_session(nc, stream, bucket, session_id)
             with stage_bars(
                 reading="reading the log",
+                folding="folding sessions",
                 checking="checking sessions",
                 listing="listing the bucket",
             ) as update:

@@ -1,32 +1,44 @@
 """Folding the whole stream session by session in bounded memory, for `reminders rebuild`
 and `reminders verify-projection --all`.
 
-The stream is read once, in order. Each session being folded is a `core.projection.SessionFold`
-in a least-recently-used cache of at most `cache_sessions` sessions; past that, the sessions
-touched longest ago are frozen, encoded as the bucket would store them and spilled to a
-temporary SQLite file, and read back (decoded and validated) when their next event comes.
-The file, not the process, grows with the stream: memory holds the cache, one read batch and
-SQLite's page cache, whatever the stream's size. Nothing is written to the projection bucket
-while the stream is read; the caller writes or compares the finished records afterwards
-(`FoldStore.sessions`).
+Two passes. While the stream is read, once and in order, each stored message is appended
+as it came to one of `partitions` temporary files, chosen by a hash of its session's token,
+so each file holds whole sessions in stream order (`add`). Then each file is read back in
+turn and its sessions folded (`finish`): each session being folded is a
+`core.projection.SessionFold` in a least-recently-used cache of at most `cache_sessions`
+sessions; past that, the sessions touched longest ago are frozen, encoded as the bucket
+would store them and spilled to a temporary SQLite file, and read back (decoded and
+validated) when their next event comes. A file holds a `partitions`-th of the sessions, so
+unless a stream has more than `partitions × cache_sessions` sessions nothing is spilled
+before its session's last event: each session's state is built once and encoded once,
+where folding interleaved traffic as it comes would read back and spill again a session for
+nearly every event. The files, not the process, grow with the stream: memory holds the
+cache, the files' write buffers and one read buffer, and SQLite's page cache, whatever the
+stream's size. Nothing is written to the projection bucket here; the caller writes or
+compares the finished records afterwards (`FoldStore.sessions`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import struct
 import tempfile
+import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.stored import StoredEvent
 from contracts.subjects import last_token
 from core.projection import Record, SessionFold
+from replay.source import stored_row
 from services.adapters.records import decode_record, encode_state
+from services.adapters.session_read import RawStored
 
 #: Sessions folded in memory at once by default. A folded session of ordinary traffic takes
 #: about ten KiB as Python objects (its state's size is capped by the contract), so the
@@ -34,6 +46,16 @@ from services.adapters.records import decode_record, encode_state
 DEFAULT_CACHE_SESSIONS = 4096
 #: Share of the cache spilled at once when it is full (one SQLite transaction).
 _SPILL_SHARE = 8
+#: Files the first pass spreads the sessions over: every one may be open at once, well
+#: under a process's usual limit of open files.
+DEFAULT_PARTITIONS = 256
+#: Each file's write buffer, in bytes.
+_WRITE_BUFFER = 32 * 1024
+#: One message in a partition file: its stream sequence, the lengths of its subject and body
+#: (then the subject and the body).
+_MESSAGE = struct.Struct("<QII")
+#: `progress(done, total)` of the second pass, in messages folded.
+FoldProgress = Callable[[int, int], None]
 
 
 @dataclass(slots=True)
@@ -69,10 +91,15 @@ def _encode(record: Record) -> bytes:
 class FoldStore:
     """Every session of a stream read in order, folded from nothing, in bounded memory."""
 
-    def __init__(self, cache_sessions: int = DEFAULT_CACHE_SESSIONS) -> None:
+    def __init__(
+        self, cache_sessions: int = DEFAULT_CACHE_SESSIONS, partitions: int = DEFAULT_PARTITIONS
+    ) -> None:
         self._capacity = max(1, cache_sessions)
         self._cache: OrderedDict[str, _Folding] = OrderedDict()
         self._directory = tempfile.TemporaryDirectory(prefix="reminders-fold-")
+        self._partition_count = max(1, partitions)
+        self._partitions: dict[int, BinaryIO] = {}
+        self._kept = 0
         self._db = sqlite3.connect(Path(self._directory.name) / "fold.sqlite3")
         # A scratch file deleted at the end: no journal, no fsync.
         self._db.execute("PRAGMA journal_mode=OFF")
@@ -96,12 +123,47 @@ class FoldStore:
         self.close()
 
     def close(self) -> None:
-        """Drop the spill file."""
+        """Drop the partition and spill files."""
+        for file in self._partitions.values():
+            file.close()
+        self._partitions.clear()
         self._db.close()
         self._directory.cleanup()
 
-    def add(self, row: StoredEvent) -> None:
-        """Fold the next stored event of the stream into its session."""
+    def _partition_path(self, index: int) -> Path:
+        return Path(self._directory.name) / f"partition-{index}"
+
+    def add(self, raw: RawStored) -> None:
+        """Keep the next stored message of the stream, to be folded into its session by
+        `finish`."""
+        subject = raw.subject.encode("utf-8")
+        index = zlib.crc32(last_token(raw.subject).encode("utf-8")) % self._partition_count
+        file = self._partitions.get(index)
+        if file is None:
+            file = open(self._partition_path(index), "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115
+            self._partitions[index] = file
+        file.write(_MESSAGE.pack(raw.stream_seq, len(subject), len(raw.data)))
+        file.write(subject)
+        file.write(raw.data)
+        self._kept += 1
+
+    def _fold_partition(self, index: int) -> int:
+        """Fold every message of one partition file, then spill its sessions, all of which
+        are whole now, and drop the file; returns how many messages it held."""
+        path = self._partition_path(index)
+        folded = 0
+        with open(path, "rb") as file:
+            while header := file.read(_MESSAGE.size):
+                stream_seq, subject_size, body_size = _MESSAGE.unpack(header)
+                subject = file.read(subject_size).decode("utf-8")
+                self._fold(stored_row(RawStored(file.read(body_size), stream_seq, subject, 0)))
+                folded += 1
+        path.unlink()
+        self._spill(len(self._cache))
+        return folded
+
+    def _fold(self, row: StoredEvent) -> None:
+        """Fold one stored event into its session."""
         token = last_token(row.subject)
         folding = self._cache.get(token)
         if folding is None:
@@ -142,9 +204,18 @@ class FoldStore:
             self._db.executemany("INSERT OR REPLACE INTO folded VALUES (?, ?, ?, ?, ?)", rows)
         self.spilled += len(rows)
 
-    def finish(self) -> int:
-        """Spill what is still cached; returns how many sessions were folded."""
-        self._spill(len(self._cache))
+    def finish(self, progress: FoldProgress | None = None) -> int:
+        """Fold every message kept, partition by partition; returns how many sessions were
+        folded."""
+        for file in self._partitions.values():
+            file.close()
+        indexes = sorted(self._partitions)
+        self._partitions.clear()
+        done = 0
+        for index in indexes:
+            done += self._fold_partition(index)
+            if progress is not None:
+                progress(done, self._kept)
         (count,) = self._db.execute("SELECT count(*) FROM folded").fetchone()
         return int(count)
 

@@ -34,14 +34,15 @@ from core.projection import Record, project_all
 from replay.errors import ReplayError
 from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore
 from replay.scope import AuditScope
-from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_stream, stored_row
+from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_raw, stored_row
 from services.adapters.bucket_scan import bucket_values
 from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
 from services.adapters.session_read import iterate_direct, session_messages
 
 FLEET = AuditScope()
-#: `progress(stage, done, total)`: stage "reading" counts events, "writing" and "checking"
-#: count sessions, "listing" (verify-projection's scan of the bucket) counts its messages.
+#: `progress(stage, done, total)`: stages "reading" and "folding" count events, "writing" and
+#: "checking" count sessions, "listing" (verify-projection's scan of the bucket) counts its
+#: messages.
 StageProgress = Callable[[str, int, int], None]
 #: Sessions written or checked at once (each a read and a write or compare of the bucket).
 SESSIONS_IN_FLIGHT = 64
@@ -61,9 +62,10 @@ async def fold_stream(
 ) -> int:
     """Fold every event of the stream into `store`; returns how many sessions it holds."""
     reading = None if progress is None else lambda done, total: progress("reading", done, total)
-    async for row in iterate_stream(nc, stream, EVENT_FILTER, progress=reading):
-        store.add(row)
-    return store.finish()
+    async for raw in iterate_raw(nc, stream, EVENT_FILTER, progress=reading):
+        store.add(raw)
+    folding = None if progress is None else lambda done, total: progress("folding", done, total)
+    return store.finish(folding)
 
 
 async def session_rows(

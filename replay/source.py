@@ -135,14 +135,27 @@ async def iterate_stream(
     needs no consumer; the server steps over the messages between matching ones, so this is
     for reading the whole stream, and `rows_from_nats` for one session)."""
     stats = stats or ReadStats()
+    async for raw in iterate_raw(nc, stream, subject_filter, progress):
+        stats.server_sent += 1
+        yield _row(raw, stats)
+
+
+async def iterate_raw(
+    nc: Client,
+    stream: str,
+    subject_filter: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> AsyncIterator[RawStored]:
+    """`iterate_stream`'s messages as the server sent them, not yet parsed."""
+    delivered = 0
     try:
         async for raw in iterate_direct(
             nc, stream, subject_filter, batch=2048, stall_retries=STALL_RETRIES
         ):
-            stats.server_sent += 1
-            yield _row(raw, stats)
+            yield raw
+            delivered += 1
             if progress is not None:
-                progress(stats.delivered, stats.delivered + raw.pending)
+                progress(delivered, delivered + raw.pending)
     except JetStreamApiError as exc:
         raise ReplayError(f"stream {stream} cannot be read: {exc.description}") from None
     except nats.errors.NoRespondersError:

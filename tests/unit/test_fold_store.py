@@ -1,0 +1,88 @@
+"""The whole-stream fold of `rebuild` and `verify-projection` (replay.fold_store): messages
+kept in partition files while the stream is read, then folded partition by partition, give
+each session the record folding its whole log at once gives, whether a partition's sessions
+fit the cache or are spilled and read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from contracts.state import SessionState
+from contracts.stored import StoredEvent
+from contracts.subjects import last_token
+from core.projection import project_all
+from replay.fold_store import FoldStore
+from services.adapters.records import encode_state
+from services.adapters.session_read import RawStored
+from tests.support import session_log, stored
+
+SESSIONS = 12
+
+
+def interleaved_log() -> list[StoredEvent]:
+    """Twelve sessions' logs, one event of each in turn, numbered in that order."""
+    logs = [stored(session_log(f"s{index}")) for index in range(SESSIONS)]
+    rows = []
+    for position in range(max(map(len, logs))):
+        rows += [log[position] for log in logs if position < len(log)]
+    return [StoredEvent(row.envelope, seq, row.subject) for seq, row in enumerate(rows, 1)]
+
+
+def whole_log_records(rows: list[StoredEvent]) -> dict[str, bytes]:
+    """Each session folded at once from its whole log."""
+    by_token: dict[str, list[StoredEvent]] = {}
+    for row in rows:
+        by_token.setdefault(last_token(row.subject), []).append(row)
+    folded = {}
+    for token, own in by_token.items():
+        record, _ = project_all(None, own)
+        assert isinstance(record, SessionState)
+        folded[token] = encode_state(record)
+    return folded
+
+
+@pytest.mark.parametrize(
+    ("partitions", "cache_sessions", "spills"),
+    [(256, 4096, False), (1, 4096, False), (3, 2, True), (1, 1, True)],
+)
+def test_each_session_folds_to_its_whole_log_record(
+    partitions: int, cache_sessions: int, spills: bool
+) -> None:
+    rows = interleaved_log()
+    with FoldStore(cache_sessions, partitions) as store:
+        for row in rows:
+            store.add(RawStored(orjson.dumps(row.envelope), row.stream_seq, row.subject, 0))
+        assert store.finish() == SESSIONS
+        folded = [session for chunk in store.sessions(5) for session in chunk]
+        # Read back only when a partition's sessions outgrow the cache.
+        assert (store.reloaded > 0) is spills
+    expected = whole_log_records(rows)
+    assert [session.token for session in folded] == sorted(expected)
+    assert all(isinstance(session.record, SessionState) for session in folded)
+    assert {
+        session.token: encode_state(session.record)  # type: ignore[arg-type]
+        for session in folded
+    } == expected
+    for session in folded:
+        own = [row.stream_seq for row in rows if last_token(row.subject) == session.token]
+        assert (session.first_seq, session.last_seq, session.events) == (
+            own[0],
+            own[-1],
+            len(own),
+        )
+
+
+def test_the_partition_files_are_gone_once_folded_and_all_files_after_close() -> None:
+    rows = interleaved_log()
+    store = FoldStore(4096, 4)
+    for row in rows:
+        store.add(RawStored(orjson.dumps(row.envelope), row.stream_seq, row.subject, 0))
+    directory = store._directory.name
+    assert len(list(Path(directory).glob("partition-*"))) == 4
+    store.finish()
+    assert list(Path(directory).glob("partition-*")) == []
+    store.close()
+    assert not Path(directory).exists()
