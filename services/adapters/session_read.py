@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,31 @@ class RawStored:
     kv_operation: str | None = None
 
 
+class _Arrivals:
+    """A batch's replies as its subscription's callback hands them over: waiting only when
+    none is there, rather than with a timer for every message as `next_msg` does, which
+    costs a task and a timer per message of a whole-stream read."""
+
+    def __init__(self) -> None:
+        self._messages: deque[Msg] = deque()
+        self._arrived = asyncio.Event()
+
+    async def put(self, message: Msg) -> None:
+        """The subscription's callback."""
+        self._messages.append(message)
+        self._arrived.set()
+
+    async def get(self, timeout_s: float) -> Msg:
+        """The next reply; `NatsTimeoutError` when none comes for `timeout_s`."""
+        while not self._messages:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout_s)
+            except TimeoutError:
+                raise NatsTimeoutError from None
+        return self._messages.popleft()
+
+
 async def iterate_direct(
     nc: Client,
     stream: str,
@@ -74,7 +100,8 @@ async def iterate_direct(
     next_seq = after_seq + 1
     while True:
         inbox = nc.new_inbox()
-        subscription = await nc.subscribe(inbox)
+        arrived = _Arrivals()
+        subscription = await nc.subscribe(inbox, cb=arrived.put)
         more = False
         try:
             request: dict[str, Any] = {"next_by_subj": subject_filter, "seq": next_seq}
@@ -84,7 +111,7 @@ async def iterate_direct(
             await nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(request), reply=inbox)
             while True:
                 try:
-                    message = await subscription.next_msg(timeout=timeout_s)
+                    message = await arrived.get(timeout_s)
                 except NatsTimeoutError:
                     if stall_retries <= 0:
                         raise

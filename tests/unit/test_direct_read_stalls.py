@@ -5,6 +5,7 @@ message is still read once, in order (`iterate_direct`'s `stall_retries`)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -21,20 +22,16 @@ class Message:
 
 
 class Batch:
-    """One request's inbox: the replies that will arrive (`publish` fills them in), then
-    nothing more."""
+    """One request's inbox: the replies that arrive (`publish` hands them to the
+    subscription's callback), then nothing more."""
 
-    def __init__(self) -> None:
-        self._replies: list[Message] = []
+    def __init__(self, cb: Callable[[Message], Awaitable[None]]) -> None:
+        self._cb = cb
         self.unsubscribed = False
 
-    def arrive(self, replies: list[Message], stall_after: int | None) -> None:
-        self._replies = replies if stall_after is None else replies[:stall_after]
-
-    async def next_msg(self, timeout: float) -> Message:
-        if not self._replies:
-            raise NatsTimeoutError
-        return self._replies.pop(0)
+    async def arrive(self, replies: list[Message], stall_after: int | None) -> None:
+        for reply in replies if stall_after is None else replies[:stall_after]:
+            await self._cb(reply)
 
     async def unsubscribe(self) -> None:
         self.unsubscribed = True
@@ -55,8 +52,8 @@ class StallingStream:
     def new_inbox(self) -> str:
         return f"_INBOX.{len(self.batches)}"
 
-    async def subscribe(self, inbox: str) -> Batch:
-        self._pending = Batch()
+    async def subscribe(self, inbox: str, cb: Callable[[Message], Awaitable[None]]) -> Batch:
+        self._pending = Batch(cb)
         return self._pending
 
     async def publish(self, subject: str, data: bytes, reply: str) -> None:
@@ -79,7 +76,7 @@ class StallingStream:
         stall_after = self.stall_after if self.stalls > 0 else None
         self.stalls -= 1
         assert self._pending is not None
-        self._pending.arrive(replies, stall_after)
+        await self._pending.arrive(replies, stall_after)
         self.batches.append(self._pending)
 
 
