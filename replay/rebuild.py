@@ -2,7 +2,8 @@
 
 Both read the whole stream once, in order, and fold every session from nothing with the
 projector's own rules (`core.projection.SessionFold`) in bounded memory (`replay.fold_store`:
-a cache of sessions being folded, the rest spilled to a temporary file). Only then do they
+the messages kept by session in temporary files while the stream is read, then each file
+folded in a bounded cache of sessions, any overflow spilled to a temporary file). Only then do they
 touch the bucket, session by session, a bounded number at a time:
 
 - rebuild writes each folded record with compare-and-set on the revision it read. It is safe
