@@ -133,7 +133,7 @@ async def rebuild(
     cache_sessions: int = DEFAULT_CACHE_SESSIONS,
 ) -> RebuildReport:
     """Project every session from the log into the bucket."""
-    kv = KvSessionStore(await nc.jetstream().key_value(bucket))
+    kv = KvSessionStore(await nc.jetstream().key_value(bucket), nc, bucket)
     report = RebuildReport()
 
     async def write(folded: FoldedSession) -> None:
@@ -209,7 +209,7 @@ async def verify_projection(
 ) -> tuple[int, list[Mismatch]]:
     """Compare each projected state with a replay of its events up to the state's stream_seq
     (of the sessions within `scope`: one tenant's, or all); returns how many were checked."""
-    kv = KvSessionStore(await nc.jetstream().key_value(bucket))
+    kv = KvSessionStore(await nc.jetstream().key_value(bucket), nc, bucket)
     mismatches: list[Mismatch] = []
     checked = 0
 

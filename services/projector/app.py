@@ -85,7 +85,7 @@ class ProjectorWorker:
         )
         kv = await runtime.js.key_value(self.settings.kv_bucket)
         self.projector = Projector(
-            KvSessionStore(kv),
+            KvSessionStore(kv, runtime.connection, self.settings.kv_bucket),
             JetStreamDeadLetters(runtime.js),
             cache_bytes=self.settings.projector_cache_bytes,
             log=LeaderSessionLog(runtime.connection, self.settings.stream),

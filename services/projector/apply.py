@@ -19,11 +19,17 @@ takes. Counting redeliveries alone once degraded
 sessions whose missing events came back after a partition (found by the fault suite's long
 form: three sessions' projections never caught up).
 
-Sessions are independent (one key each, their own `session_seq` and chain), so the touched
-sessions of a batch are processed concurrently, up to `concurrency` at once: a batch costs
-about one KV round trip instead of one per session. Within a session the order stays the
-stream's: its deliveries are folded in order, written once, then acked; and the next batch
-is only fetched once every session of this one is done.
+Sessions are independent (one key each, their own `session_seq` and chain), so a batch's
+touched sessions are taken in rounds (up to `round_sessions`, their cached records within
+`bytes_in_flight`): the records not cached are read with one multi-key direct get, each
+session is judged (concurrently, up to `concurrency` at once, for the few that wait on the
+log or the DLQ), and the changed records are written as one atomic batch of the bucket's
+stream, each message on its own expected revision (compare-and-set, all or none). That
+costs the client a fraction of one request per session. When the batch is refused (a
+revision was stale: another writer got there first) or fails, the round's records are
+written one by one, each judged again on a stale revision. Within a session the order stays
+the stream's: its deliveries are folded in order, written once, then acked; and the next
+batch is only fetched once every session of this one is done.
 
 The cache of records is bounded in bytes — the size of each record's encoded bucket value,
 a measure that grows with what the state holds rather than with how many sessions there
@@ -36,8 +42,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from nats.errors import Error as NatsError
 
@@ -46,10 +53,9 @@ from contracts.stored import StoredEvent, Unreadable, read_stored
 from contracts.subjects import last_token
 from core.projection import Record, Verdict, project_all
 from services.adapters import stages
-from services.adapters.byte_budget import ByteBudget
 from services.adapters.jetstream import JetStreamApiError
 from services.adapters.lru import SizedLru
-from services.adapters.records import StaleRevision, decode_record, encode_state
+from services.adapters.records import MANY_LIMIT, StaleRevision, decode_record, encode_state
 
 __all__ = ["Delivery", "LoggedEvent", "Projector", "StaleRevision", "Verdict", "token_of"]
 
@@ -79,6 +85,13 @@ class SessionStore(Protocol):
 
     async def write(self, token: str, value: bytes, revision: int | None) -> int:
         """Compare-and-set; raises `StaleRevision`. Returns the new revision."""
+
+    async def read_many(self, tokens: Sequence[str]) -> dict[str, tuple[bytes | None, int | None]]:
+        """`read` of each token (at most `MANY_LIMIT`), at once."""
+
+    async def write_many(self, writes: Sequence[tuple[str, bytes, int | None]]) -> list[int] | None:
+        """`write` of each (token, value, revision), all or none: the new revisions, or None
+        when one was stale. Other failures raise; whether anything was stored is then unknown."""
 
 
 class SessionLog(Protocol):
@@ -130,6 +143,28 @@ class Slot:
 
 
 @dataclass
+class _Judged:
+    """One session of a round: its deliveries, the record they made, their verdicts."""
+
+    token: str
+    deliveries: list[Delivery]
+    stored: list[StoredEvent | Unreadable]
+    slot: Slot
+    record: Record
+    verdicts: list[Verdict]
+    poison: dict[int, tuple[str, str]]
+    started: float
+    #: The stream seqs of the poison already copied to the DLQ.
+    dead_lettered: set[int] = field(default_factory=set)
+
+
+def _encoded(record: Record) -> bytes:
+    """A record's bucket value: a state's canonical bytes; empty for anything else (a
+    tombstone is written by `forget`, never by the projector)."""
+    return encode_state(record) if isinstance(record, SessionState) else b""
+
+
+@dataclass
 class BatchReport:
     """Counts of one batch, for metrics and tests."""
 
@@ -161,6 +196,7 @@ class Projector:
         cache_bytes: int = 16 * 1024 * 1024,
         cas_retries: int = 5,
         concurrency: int = 64,
+        round_sessions: int = 256,
         bytes_in_flight: int = 1024 * 1024,
         log: SessionLog | None = None,
     ) -> None:
@@ -172,7 +208,8 @@ class Projector:
         self._cache: SizedLru[Slot] = SizedLru(cache_bytes)
         self._cas_retries = cas_retries
         self._concurrency = max(1, concurrency)
-        self._in_flight = ByteBudget(bytes_in_flight)
+        self._round_sessions = max(1, min(round_sessions, MANY_LIMIT))
+        self._bytes_in_flight = bytes_in_flight
         self.last_apply_latency_s = 0.0
 
     async def process(self, batch: list[Delivery]) -> BatchReport:
@@ -188,36 +225,100 @@ class Projector:
             # which then waited behind it too, both were judged gaps, and the earlier one,
             # the leader's first after the record, made the gap look final.
             deliveries.sort(key=lambda delivery: delivery.stream_seq)
-        gate = asyncio.Semaphore(self._concurrency)
-
-        async def one(token: str, deliveries: list[Delivery]) -> None:
-            cached = self._cache.get(token)
-            async with gate, self._in_flight.hold(0 if cached is None else cached.size):
-                await self._process_session(token, deliveries, report)
-
-        # Every session runs to its end (nothing is left writing behind the next fetch);
-        # then the first failure, if any, is raised and what was not acked is redelivered.
-        # Plain tasks, not `gather`: its futures and the failed tasks form reference cycles
-        # through each failure's frames, which kept every failed batch (its deliveries and
-        # states) alive until a full collection, minutes away in a projector that collects
-        # rarely; these tasks are freed as soon as this returns.
-        tasks = [asyncio.ensure_future(one(token, items)) for token, items in by_token.items()]
-        try:
-            if tasks:  # `asyncio.wait` refuses an empty set; an empty batch has nothing to do
-                await asyncio.wait(tasks)
-        except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            raise
-        failures = [task.exception() for task in tasks]  # each retrieved: no warning
-        first = next((failure for failure in failures if failure is not None), None)
-        del tasks, failures
+        # Every round runs to its end (a session that failed leaves the others written and
+        # acked); then the first failure, if any, is raised and what was not acked is
+        # redelivered.
+        first: BaseException | None = None
+        for sessions in self._rounds(by_token):
+            failure = await self._process_round(sessions, report)
+            first = first or failure
+            del failure
         if first is not None:
             try:
                 raise first
             finally:
                 del first  # this frame is in its traceback now: no cycle through it
         return report
+
+    def _rounds(
+        self, by_token: OrderedDict[str, list[Delivery]]
+    ) -> Iterator[list[tuple[str, list[Delivery]]]]:
+        """The batch's sessions in rounds of at most `round_sessions`, whose cached records
+        together count at most `bytes_in_flight` (a larger one alone): what one round holds
+        at once while it folds and writes."""
+        sessions: list[tuple[str, list[Delivery]]] = []
+        held = 0
+        for token, deliveries in by_token.items():
+            cached = self._cache.get(token)
+            size = 0 if cached is None else cached.size
+            if sessions and (
+                len(sessions) >= self._round_sessions or held + size > self._bytes_in_flight
+            ):
+                yield sessions
+                sessions, held = [], 0
+            sessions.append((token, deliveries))
+            held += size
+        if sessions:
+            yield sessions
+
+    async def _process_round(
+        self, sessions: list[tuple[str, list[Delivery]]], report: BatchReport
+    ) -> BaseException | None:
+        """One round: the records not cached read at once, each session judged, the changed
+        records written at once, then each session's acks. Returns the first failure."""
+        misses = [token for token, _ in sessions if self._cache.get(token) is None]
+        try:
+            read = await self._store.read_many(misses) if misses else {}
+        except Exception as exc:  # the round's sessions are redelivered
+            return exc
+        failures: list[BaseException] = []
+        judged = await self._each(
+            [self._prepare(token, items, report, read.get(token)) for token, items in sessions],
+            failures,
+        )
+        written = await self._write_round(judged, report, failures)
+        for item in written:
+            try:
+                await self._acknowledge(item, report)
+            except Exception as exc:  # its deliveries are redelivered
+                failures.append(exc)
+        first = failures[0] if failures else None
+        del failures
+        return first
+
+    async def _each(
+        self, steps: list[Coroutine[Any, Any, _Judged]], failures: list[BaseException]
+    ) -> list[_Judged]:
+        """Run `steps` concurrently, up to `concurrency` at once; the results of those that
+        finished, in order, and each failure appended to `failures`.
+
+        Plain tasks, not `gather`: its futures and the failed tasks form reference cycles
+        through each failure's frames, which kept every failed batch (its deliveries and
+        states) alive until a full collection, minutes away in a projector that collects
+        rarely; these tasks are freed as soon as this returns."""
+        gate = asyncio.Semaphore(self._concurrency)
+
+        async def gated(step: Coroutine[Any, Any, _Judged]) -> _Judged:
+            async with gate:
+                return await step
+
+        tasks = [asyncio.ensure_future(gated(step)) for step in steps]
+        try:
+            if tasks:  # `asyncio.wait` refuses an empty set
+                await asyncio.wait(tasks)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
+        results = []
+        for task in tasks:
+            failure = task.exception()  # each retrieved: no warning
+            if failure is None:
+                results.append(task.result())
+            else:
+                failures.append(failure)
+        del tasks, failure
+        return results
 
     @property
     def cached_bytes(self) -> int:
@@ -233,20 +334,28 @@ class Projector:
         """Cache `slot` as the newest, then evict the oldest while over the byte budget."""
         self._cache.put(token, slot)
 
-    async def _slot(self, token: str, fresh: bool = False) -> Slot:
+    async def _slot(
+        self, token: str, fresh: bool = False, read: tuple[bytes | None, int | None] | None = None
+    ) -> Slot:
+        """The session's record: cached, or as `read` (the round's read of it), or read now."""
         slot = None if fresh else self._cache.get(token)
         if slot is None:
-            value, revision = await self._store.read(token)
+            value, revision = await self._store.read(token) if read is None else read
             slot = Slot(decode_record(value), revision, len(value or b""))
         self._remember(token, slot)
         return slot
 
-    async def _process_session(
-        self, token: str, deliveries: list[Delivery], report: BatchReport
-    ) -> None:
+    async def _prepare(
+        self,
+        token: str,
+        deliveries: list[Delivery],
+        report: BatchReport,
+        read: tuple[bytes | None, int | None] | None,
+    ) -> _Judged:
+        """The session's record after `deliveries`, their verdicts, and its poison in the DLQ."""
         started = time.perf_counter()
         profile = stages.PROFILE
-        slot = await self._slot(token)
+        slot = await self._slot(token, read=read)
         since = 0.0 if profile is None else profile.now()
         stored = stored_of(deliveries)
         if profile is not None:
@@ -268,42 +377,86 @@ class Projector:
                 deliveries = sorted([*deliveries, *filled], key=lambda d: d.stream_seq)
                 stored = stored_of(deliveries)
                 record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
-        dead_lettered: set[int] = set()
+        judged = _Judged(token, deliveries, stored, slot, record, verdicts, poison, started)
+        await self._dead_letter(judged)
+        return judged
+
+    async def _dead_letter(self, judged: _Judged) -> None:
+        """Copy poison to the DLQ before the degraded mark is written: if the copy fails,
+        nothing is written or acked and the redelivery tries again."""
+        for delivery, verdict in zip(judged.deliveries, judged.verdicts, strict=True):
+            if verdict is Verdict.POISON and delivery.stream_seq not in judged.dead_lettered:
+                code, reason = judged.poison[delivery.stream_seq]
+                await self._dead_letters.send(delivery, judged.token, code, reason)
+                judged.dead_lettered.add(delivery.stream_seq)
+                log.warning(
+                    "poison message", extra={"stream_seq": delivery.stream_seq, "code": code}
+                )
+
+    async def _write_round(
+        self, judged: list[_Judged], report: BatchReport, failures: list[BaseException]
+    ) -> list[_Judged]:
+        """Write the round's changed records as one atomic batch, each on its revision; when
+        the batch is refused or fails, one by one (`_write_alone`). Returns the sessions
+        written or unchanged."""
+        changed = [item for item in judged if item.record is not item.slot.record]
+        if not changed:
+            return judged
+        profile = stages.PROFILE
+        since = 0.0 if profile is None else profile.now()
+        values = [_encoded(item.record) for item in changed]
+        writes = [
+            (item.token, value, item.slot.revision)
+            for item, value in zip(changed, values, strict=True)
+        ]
+        if profile is not None:
+            profile.add("encode", since)
+        try:
+            revisions = await self._store.write_many(writes)
+        except Exception:  # one by one tells which session it was
+            revisions = None
+        if revisions is None:
+            unchanged = [item for item in judged if item.record is item.slot.record]
+            alone = [self._write_alone(item, report) for item in changed]
+            return unchanged + await self._each(alone, failures)
+        for item, value, revision in zip(changed, values, revisions, strict=True):
+            item.slot = Slot(item.record, revision, len(value))
+            self._remember(item.token, item.slot)
+            report.sessions_written += 1
+        return judged
+
+    async def _write_alone(self, item: _Judged, report: BatchReport) -> _Judged:
+        """The session's record written on its own, judged again on the bucket's record as
+        long as another writer got there first."""
         for attempt in range(self._cas_retries + 1):
             if attempt:
-                record, verdicts, poison = await self._judge(token, slot.record, deliveries, stored)
-            # Copy poison to the DLQ before the degraded mark is written: if the copy fails,
-            # nothing is written or acked and the redelivery tries again.
-            for delivery, verdict in zip(deliveries, verdicts, strict=True):
-                if verdict is Verdict.POISON and delivery.stream_seq not in dead_lettered:
-                    code, reason = poison[delivery.stream_seq]
-                    await self._dead_letters.send(delivery, token, code, reason)
-                    dead_lettered.add(delivery.stream_seq)
-                    log.warning(
-                        "poison message", extra={"stream_seq": delivery.stream_seq, "code": code}
-                    )
-            changed = record is not slot.record
-            if not changed:
+                item.record, item.verdicts, item.poison = await self._judge(
+                    item.token, item.slot.record, item.deliveries, item.stored
+                )
+                await self._dead_letter(item)
+            if item.record is item.slot.record:
                 break
+            value = _encoded(item.record)
             try:
-                assert record is not None
-                since = 0.0 if profile is None else profile.now()
-                value = encode_state(record) if isinstance(record, SessionState) else b""
-                if profile is not None:
-                    profile.add("encode", since)
-                revision = await self._store.write(token, value, slot.revision)
+                revision = await self._store.write(item.token, value, item.slot.revision)
             except StaleRevision:
                 report.cas_retries += 1
-                slot = await self._slot(token, fresh=True)
+                item.slot = await self._slot(item.token, fresh=True)
                 if attempt == self._cas_retries:
                     raise
                 continue
-            slot = Slot(record, revision, len(value))
-            self._remember(token, slot)
+            item.slot = Slot(item.record, revision, len(value))
+            self._remember(item.token, item.slot)
             report.sessions_written += 1
             break
+        return item
+
+    async def _acknowledge(self, item: _Judged, report: BatchReport) -> None:
+        """Ack each delivery the record holds (or that is a duplicate or poison), nak each
+        gap."""
+        profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
-        for delivery, verdict in zip(deliveries, verdicts, strict=True):
+        for delivery, verdict in zip(item.deliveries, item.verdicts, strict=True):
             if isinstance(delivery, LoggedEvent):
                 continue
             report.verdicts[verdict] += 1
@@ -314,7 +467,7 @@ class Projector:
         if profile is not None:
             # An ack only fills the client's write buffer: nothing else runs in between.
             profile.add("ack", since)
-        self.last_apply_latency_s = time.perf_counter() - started
+        self.last_apply_latency_s = time.perf_counter() - item.started
 
     async def _fill_gap(
         self, token: str, record: Record, deliveries: list[Delivery], verdicts: list[Verdict]

@@ -46,9 +46,10 @@ async def test_provisioning_creates_the_streams_the_spec_describes(
     assert agent.storage == StorageType.FILE
     assert agent.retention == RetentionPolicy.LIMITS
     assert agent.max_age == 7 * 24 * 3600
-    # Every reader takes one key of the projection bucket with a direct get.
+    # Every reader takes one key of the projection bucket with a direct get; the projector
+    # writes a round of sessions as one atomic batch.
     bucket = (await nc.jetstream().stream_info("KV_REMINDER_SESSIONS")).config
-    assert bucket.allow_direct is True
+    assert bucket.allow_direct is True and bucket.allow_atomic is True
 
 
 async def test_provisioning_twice_changes_nothing(nc: Client, settings: Settings) -> None:
@@ -68,7 +69,7 @@ async def test_an_existing_stream_missing_atomic_batches_is_updated(
     assert config.allow_atomic is True and config.duplicate_window == 120
 
 
-async def test_an_existing_bucket_without_direct_gets_is_updated_and_a_check_names_it(
+async def test_a_bucket_without_direct_gets_or_atomic_batches_is_updated_and_a_check_names_it(
     nc: Client, settings: Settings
 ) -> None:
     js = nc.jetstream()
@@ -79,6 +80,7 @@ async def test_an_existing_bucket_without_direct_gets_is_updated_and_a_check_nam
     assert await ensure_bucket(js, settings) == "updated"
     config = (await js.stream_info(f"KV_{settings.kv_bucket}")).config
     assert config.allow_direct is True and config.max_msgs_per_subject == 1
+    assert config.allow_atomic is True
     assert await ensure_bucket(js, settings, check=True) == "unchanged"
 
 

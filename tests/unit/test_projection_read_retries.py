@@ -41,7 +41,7 @@ class Bucket:
 
 def store(bucket: Bucket) -> KvSessionStore:
     kv: Any = bucket
-    return KvSessionStore(kv)
+    return KvSessionStore(kv, kv, "B")  # one key at a time: no connection used
 
 
 async def test_a_read_that_timed_out_is_asked_for_again() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -40,6 +41,7 @@ class FakeDelivery:
 class FakeStore:
     values: dict[str, tuple[bytes, int]] = field(default_factory=dict)
     writes: int = 0
+    batches: int = 0
     interfere: bytes | None = None
 
     async def read(self, token: str) -> tuple[bytes | None, int | None]:
@@ -47,11 +49,14 @@ class FakeStore:
             return self.values[token]
         return None, None
 
-    async def write(self, token: str, value: bytes, revision: int | None) -> int:
+    def another_writer_first(self, token: str) -> None:
         if self.interfere is not None:  # another replica writes first, once
             current = self.values.get(token, (b"", 0))[1]
             self.values[token] = (self.interfere, current + 1)
             self.interfere = None
+
+    async def write(self, token: str, value: bytes, revision: int | None) -> int:
+        self.another_writer_first(token)
         current_revision = self.values.get(token, (b"", None))[1]
         if current_revision != revision:
             raise StaleRevision(token)
@@ -59,6 +64,17 @@ class FakeStore:
         new_revision = (revision or 0) + 1
         self.values[token] = (value, new_revision)
         return new_revision
+
+    async def read_many(self, tokens: Sequence[str]) -> dict[str, tuple[bytes | None, int | None]]:
+        return {token: await self.read(token) for token in tokens}
+
+    async def write_many(self, writes: Sequence[tuple[str, bytes, int | None]]) -> list[int] | None:
+        """All or none, as the bucket's atomic batch: None when a revision is stale."""
+        self.batches += 1
+        self.another_writer_first(writes[-1][0])
+        if any(self.values.get(token, (b"", None))[1] != revision for token, _, revision in writes):
+            return None
+        return [await self.write(token, value, revision) for token, value, revision in writes]
 
 
 @dataclass
@@ -101,7 +117,7 @@ async def test_a_batch_is_applied_and_written_once_per_session() -> None:
     batch = deliveries(log_a) + deliveries(log_b, first_seq=100)
     report = await Projector(store, dlq).process(list(batch))
     assert report.verdicts[Verdict.APPLIED] == len(batch)
-    assert store.writes == 2
+    assert store.writes == 2 and store.batches == 1  # both in one atomic batch
     assert all(item.acked for item in batch)
     expected = fold_all(SessionState(), [(e, i + 1) for i, e in enumerate(log_a)])
     assert canonical_json(stored_state(store, "a").model_dump(mode="json")) == canonical_json(
@@ -176,6 +192,33 @@ async def test_a_concurrent_write_is_caught_by_compare_and_set_and_redone() -> N
     assert stored_state(store, "s1").session_seq == len(log)
 
 
+async def test_a_batch_refused_for_one_stale_revision_is_written_one_by_one() -> None:
+    """The atomic batch stores nothing when one revision is stale: every session of it is
+    then written alone, the stale one judged again on what the other writer stored."""
+    log_a, log_b = session_log("a"), session_log("b")
+    first_half = fold_all(SessionState(), [(e, i + 1) for i, e in enumerate(log_b[:2])])
+    store, dlq = FakeStore(interfere=encode_state(first_half)), FakeDlq()
+    batch = deliveries(log_a) + deliveries(log_b, first_seq=100)
+    report = await Projector(store, dlq).process(list(batch))
+    assert store.batches == 1 and report.cas_retries == 1
+    assert stored_state(store, "a").session_seq == len(log_a)
+    assert stored_state(store, "b").session_seq == len(log_b)
+    assert all(item.acked for item in batch)
+
+
+@pytest.mark.parametrize(("round_sessions", "rounds"), [(1, 5), (2, 3), (256, 1)])
+async def test_sessions_not_cached_are_read_and_written_a_round_at_a_time(
+    round_sessions: int, rounds: int
+) -> None:
+    logs = {name: session_log(name) for name in "abcde"}
+    batch = [d for i, log in enumerate(logs.values()) for d in deliveries(log, 100 * i)]
+    store = CountingStore()
+    report = await Projector(store, FakeDlq(), round_sessions=round_sessions).process(batch)
+    assert report.verdicts[Verdict.APPLIED] == len(batch)
+    assert (store.read_calls, store.reads, store.batches) == (rounds, len(logs), rounds)
+    assert all(stored_state(store, name).session_seq == len(logs[name]) for name in logs)
+
+
 async def test_a_tombstone_keeps_a_forgotten_session_from_coming_back() -> None:
     log = session_log()
     tombstone = Tombstone(
@@ -210,10 +253,15 @@ async def test_a_poison_message_is_not_marked_or_acked_until_its_dlq_copy_is_sto
 @dataclass
 class CountingStore(FakeStore):
     reads: int = 0
+    read_calls: int = 0
 
     async def read(self, token: str) -> tuple[bytes | None, int | None]:
         self.reads += 1
         return await super().read(token)
+
+    async def read_many(self, tokens: Sequence[str]) -> dict[str, tuple[bytes | None, int | None]]:
+        self.read_calls += 1
+        return await super().read_many(tokens)
 
 
 async def test_the_cache_stays_within_its_byte_budget_and_an_evicted_session_is_read_back() -> None:
@@ -242,6 +290,13 @@ async def test_a_session_failing_its_write_leaves_the_others_written_and_acked()
             if token == "down":
                 raise ConnectionError("bucket unreachable")
             return await super().write(token, value, revision)
+
+        async def write_many(
+            self, writes: Sequence[tuple[str, bytes, int | None]]
+        ) -> list[int] | None:
+            if any(token == "down" for token, _, _ in writes):
+                raise ConnectionError("bucket unreachable")
+            return await super().write_many(writes)
 
     store, dlq = Unreachable(), FakeDlq()
     ok, down = deliveries(session_log("ok")), deliveries(session_log("down"), first_seq=100)
@@ -446,6 +501,16 @@ class SlowStore(FakeStore):
         self.writing -= len(value)
         return await super().write(token, value, revision)
 
+    async def write_many(self, writes: Sequence[tuple[str, bytes, int | None]]) -> list[int] | None:
+        """One batch: every value of it in flight at once."""
+        self.writing += sum(len(value) for _, value, _ in writes)
+        self.most_at_once = max(self.most_at_once, self.writing)
+        await asyncio.sleep(0.01)
+        self.writing -= sum(len(value) for _, value, _ in writes)
+        if any(self.values.get(token, (b"", None))[1] != revision for token, _, revision in writes):
+            return None
+        return [await FakeStore.write(self, *write) for write in writes]
+
 
 @pytest.mark.parametrize("budget_in_values", [2.5, 100])
 async def test_writes_of_large_sessions_hold_at_most_the_bytes_in_flight_budget(
@@ -478,6 +543,9 @@ class UnreachableStore(FakeStore):
     """A store whose writes fail as while NATS is away (the batch is redelivered)."""
 
     async def write(self, token: str, value: bytes, revision: int | None) -> int:
+        raise ConnectionError("the bucket did not answer")
+
+    async def write_many(self, writes: Sequence[tuple[str, bytes, int | None]]) -> list[int] | None:
         raise ConnectionError("the bucket did not answer")
 
 
