@@ -37,6 +37,7 @@ from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore
 from replay.scope import AuditScope
 from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_raw, stored_row
 from services.adapters.bucket_scan import bucket_values
+from services.adapters.jetstream import JetStreamApiError
 from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
 from services.adapters.session_read import iterate_direct, session_messages
 
@@ -45,8 +46,9 @@ FLEET = AuditScope()
 #: "checking" count sessions, "listing" (verify-projection's scan of the bucket) counts its
 #: messages.
 StageProgress = Callable[[str, int, int], None]
-#: Sessions written or checked at once (each a read and a write or compare of the bucket).
-SESSIONS_IN_FLIGHT = 64
+#: Sessions written or checked at once: their values read with one multi-key get, their
+#: writes sent as one atomic batch (the server takes at most 1,000 of either).
+SESSIONS_IN_FLIGHT = 256
 
 
 def project(start: Record, rows: list[StoredEvent]) -> Record:
@@ -87,13 +89,13 @@ async def _each(
     store: FoldStore,
     total: int,
     stage: str,
-    handle: Callable[[FoldedSession], Awaitable[None]],
+    handle: Callable[[list[FoldedSession]], Awaitable[None]],
     progress: StageProgress | None,
 ) -> None:
-    """`handle` every folded session, `SESSIONS_IN_FLIGHT` at once."""
+    """`handle` every folded session, `SESSIONS_IN_FLIGHT` at a time."""
     done = 0
     for chunk in store.sessions(SESSIONS_IN_FLIGHT):
-        await asyncio.gather(*(handle(folded) for folded in chunk))
+        await handle(chunk)
         done += len(chunk)
         if progress is not None:
             progress(stage, done, total)
@@ -113,6 +115,24 @@ async def read_projection(store: KvSessionStore, token: str) -> tuple[bytes | No
         return await store.read(token)
     except nats.errors.TimeoutError:
         raise ReplayError(f"the projection of session {token} was not read in time") from None
+
+
+async def read_projections(
+    store: KvSessionStore, tokens: list[str]
+) -> dict[str, tuple[bytes | None, int | None]]:
+    """`read_projection` of several sessions with one multi-key get, asked for again as
+    that one is."""
+    for _ in range(STALL_RETRIES):
+        try:
+            return await store.read_many(tokens)
+        except TimeoutError:  # nats-py's timeout is one too
+            continue
+    try:
+        return await store.read_many(tokens)
+    except TimeoutError:
+        raise ReplayError(
+            f"the projections of {len(tokens)} sessions were not read in time"
+        ) from None
 
 
 @dataclass
@@ -156,14 +176,49 @@ async def rebuild(
                 await kv.write(folded.token, encode_state(record), revision)
             except StaleRevision:
                 continue
-            report.written += 1
-            if record.degraded is not None:
-                report.degraded.append(folded.token)
+            written(folded.token, record)
             return
+
+    def written(token: str, record: SessionState) -> None:
+        report.written += 1
+        if record.degraded is not None:
+            report.degraded.append(token)
+
+    async def write_chunk(chunk: list[FoldedSession]) -> None:
+        """The chunk's values read at once and the states to write written as one atomic
+        batch; a forgotten session, and every session of a refused batch (another writer
+        got there first: the live projector), go one by one (`write`)."""
+        found = await read_projections(kv, [folded.token for folded in chunk])
+        alone: list[FoldedSession] = []
+        batch: list[tuple[FoldedSession, SessionState, int | None]] = []
+        for folded in chunk:
+            value, revision = found[folded.token]
+            current, record = decode_record(value), folded.record
+            if isinstance(current, Tombstone):
+                alone.append(folded)  # what counts after the purge needs the log
+            elif isinstance(record, Tombstone) or record is None:
+                report.tombstoned += 1
+            elif isinstance(current, SessionState) and current.stream_seq > record.stream_seq:
+                report.left_to_live_projector += 1
+            else:
+                batch.append((folded, record, revision))
+        revisions = None
+        if batch:
+            writes = [(f.token, encode_state(record), rev) for f, record, rev in batch]
+            try:
+                revisions = await kv.write_many(writes)
+            except (TimeoutError, nats.errors.Error, JetStreamApiError):
+                revisions = None  # one by one, each write tells what became of it
+        if revisions is None:
+            alone += [folded for folded, _, _ in batch]
+        else:
+            for folded, record, _ in batch:
+                written(folded.token, record)
+        await asyncio.gather(*(write(folded) for folded in alone))
 
     with FoldStore(cache_sessions) as store:
         total = await fold_stream(nc, stream, store, progress)
-        await _each(store, total, "writing", write, progress)
+        await _each(store, total, "writing", write_chunk, progress)
     report.degraded.sort()
     return report
 
@@ -218,9 +273,8 @@ async def verify_projection(
             isinstance(record, SessionState) and scope.covers(record.session_id)
         )
 
-    async def check(folded: FoldedSession) -> None:
+    async def check(folded: FoldedSession, value: bytes | None) -> None:
         nonlocal checked
-        value, _ = await read_projection(kv, folded.token)
         current = decode_record(value)
         if not (in_scope(folded.record) or (folded.events == 0 and in_scope(current))):
             return  # another tenant's session (or a bare tombstone)
@@ -231,11 +285,17 @@ async def verify_projection(
 
     if only_token is not None:
         rows = await session_rows(nc, stream, only_token, None, 2**63)
-        await check(_folded_alone(only_token, rows))
+        value, _ = await read_projection(kv, only_token)
+        await check(_folded_alone(only_token, rows), value)
         return checked, mismatches
+
+    async def check_chunk(chunk: list[FoldedSession]) -> None:
+        found = await read_projections(kv, [folded.token for folded in chunk])
+        await asyncio.gather(*(check(folded, found[folded.token][0]) for folded in chunk))
+
     with FoldStore(cache_sessions) as store:
         total = await fold_stream(nc, stream, store, progress)
-        await _each(store, total, "checking", check, progress)
+        await _each(store, total, "checking", check_chunk, progress)
         # A projection whose session the read found no event of.
         listing = None if progress is None else lambda done, of: progress("listing", done, of)
         unread = [
@@ -245,7 +305,7 @@ async def verify_projection(
         ]
         for start in range(0, len(unread), SESSIONS_IN_FLIGHT):
             chunk = unread[start : start + SESSIONS_IN_FLIGHT]
-            await asyncio.gather(*(check(FoldedSession(t, None, 0, 0, 0)) for t in chunk))
+            await check_chunk([FoldedSession(token, None, 0, 0, 0) for token in chunk])
     mismatches.sort(key=lambda mismatch: mismatch.token)
     return checked, mismatches
 

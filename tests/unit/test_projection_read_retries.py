@@ -1,6 +1,7 @@
 """`verify-projection` and `rebuild` read each session's value from the bucket by a direct
-get, which any replica may answer: a read that times out (a replica that froze or went away)
-is asked for again, and one that keeps timing out ends the command in one line."""
+get (several sessions' with one multi-key get), which any replica may answer: a read that
+times out (a replica that froze or went away) is asked for again, and one that keeps timing
+out ends the command in one line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from replay.errors import ReplayError
-from replay.rebuild import read_projection
+from replay.rebuild import read_projection, read_projections
 from replay.source import STALL_RETRIES
 from services.adapters.records import KvSessionStore
 
@@ -61,3 +62,31 @@ async def test_a_read_that_keeps_timing_out_ends_in_one_line() -> None:
     with pytest.raises(ReplayError, match="projection of session s1 was not read in time"):
         await read_projection(store(bucket), "s1")
     assert bucket.gets == STALL_RETRIES + 1
+
+
+class ManyKeys:
+    """A bucket read many keys at a time, whose first `timeouts` reads time out as asyncio's
+    `wait_for` does."""
+
+    def __init__(self, timeouts: int) -> None:
+        self.timeouts = timeouts
+        self.reads = 0
+
+    async def read_many(self, tokens: list[str]) -> dict[str, tuple[bytes | None, int | None]]:
+        self.reads += 1
+        if self.reads <= self.timeouts:
+            raise TimeoutError
+        return {token: (b"{}", 7) for token in tokens}
+
+
+async def test_a_read_of_many_keys_that_timed_out_is_asked_for_again() -> None:
+    bucket: Any = ManyKeys(timeouts=STALL_RETRIES)
+    assert await read_projections(bucket, ["s1", "s2"]) == {"s1": (b"{}", 7), "s2": (b"{}", 7)}
+    assert bucket.reads == STALL_RETRIES + 1
+
+
+async def test_a_read_of_many_keys_that_keeps_timing_out_ends_in_one_line() -> None:
+    bucket: Any = ManyKeys(timeouts=STALL_RETRIES + 1)
+    with pytest.raises(ReplayError, match="projections of 2 sessions were not read in time"):
+        await read_projections(bucket, ["s1", "s2"])
+    assert bucket.reads == STALL_RETRIES + 1
