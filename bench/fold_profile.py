@@ -28,7 +28,7 @@ import pickle
 import pstats
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,14 @@ class MemoryStore:
         new = (revision or 0) + 1
         self.values[token] = (value, new)
         return new
+
+    async def read_many(self, tokens: Sequence[str]) -> dict[str, tuple[bytes | None, int | None]]:
+        """`read` of each token."""
+        return {token: await self.read(token) for token in tokens}
+
+    async def write_many(self, writes: Sequence[tuple[str, bytes, int | None]]) -> list[int]:
+        """`write` of each (token, value, revision)."""
+        return [await self.write(token, value, revision) for token, value, revision in writes]
 
 
 class NoDeadLetters:
