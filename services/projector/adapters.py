@@ -10,7 +10,7 @@ from nats.js import JetStreamContext
 from contracts.subjects import token_subject_filter
 from services.adapters.deadletter import send_to_dlq
 from services.adapters.session_read import leader_first_after, leader_messages_between
-from services.projector.apply import Delivery, LoggedEvent
+from services.projector.ports import Delivery, LoggedEvent
 
 
 class NatsDelivery:

@@ -42,9 +42,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from nats.errors import Error as NatsError
 
@@ -56,80 +56,11 @@ from services.adapters import stages
 from services.adapters.jetstream import JetStreamApiError
 from services.adapters.lru import SizedLru
 from services.adapters.records import MANY_LIMIT, StaleRevision, decode_record, encode_state
+from services.projector.ports import DeadLetters, Delivery, LoggedEvent, SessionLog, SessionStore
 
 __all__ = ["Delivery", "LoggedEvent", "Projector", "StaleRevision", "Verdict", "token_of"]
 
 log = logging.getLogger("reminders.projector")
-
-
-class Delivery(Protocol):
-    """One message as the projector sees it, whatever the client library."""
-
-    subject: str
-    data: bytes
-    stream_seq: int
-    num_delivered: int
-
-    async def ack(self) -> None:
-        """Acknowledge."""
-
-    async def nak(self, delay_s: float) -> None:
-        """Ask for redelivery after a delay."""
-
-
-class SessionStore(Protocol):
-    """The projection bucket."""
-
-    async def read(self, token: str) -> tuple[bytes | None, int | None]:
-        """The value and its revision (None, None when absent)."""
-
-    async def write(self, token: str, value: bytes, revision: int | None) -> int:
-        """Compare-and-set; raises `StaleRevision`. Returns the new revision."""
-
-    async def read_many(self, tokens: Sequence[str]) -> dict[str, tuple[bytes | None, int | None]]:
-        """`read` of each token (at most `MANY_LIMIT`), at once."""
-
-    async def write_many(self, writes: Sequence[tuple[str, bytes, int | None]]) -> list[int] | None:
-        """`write` of each (token, value, revision), all or none: the new revisions, or None
-        when one was stale. Other failures raise; whether anything was stored is then unknown."""
-
-
-class SessionLog(Protocol):
-    """The event stream, as its leader has it."""
-
-    async def first_after(self, token: str, after_seq: int) -> int | None:
-        """The stream seq of the session's first event after `after_seq` (None: none)."""
-
-    async def events_between(
-        self, token: str, after_seq: int, before_seq: int, limit: int
-    ) -> list[LoggedEvent]:
-        """The session's stored events after `after_seq` and before `before_seq`, in order,
-        at most `limit`."""
-
-
-@dataclass
-class LoggedEvent:
-    """An event read from the log to fill a gap, judged beside the batch's deliveries. It
-    was not delivered here: nothing to ack or nak (its own delivery, when it comes, is a
-    duplicate and is acked then)."""
-
-    subject: str
-    data: bytes
-    stream_seq: int
-    num_delivered: int = 1
-
-    async def ack(self) -> None:
-        """Nothing delivered, nothing to acknowledge."""
-
-    async def nak(self, delay_s: float) -> None:
-        """Nothing delivered, nothing to redeliver."""
-
-
-class DeadLetters(Protocol):
-    """Where poison messages go."""
-
-    async def send(self, delivery: Delivery, token: str, code: str, reason: str) -> None:
-        """Copy the message with its error to the DLQ stream."""
 
 
 @dataclass
@@ -396,34 +327,51 @@ class Projector:
     async def _write_round(
         self, judged: list[_Judged], report: BatchReport, failures: list[BaseException]
     ) -> list[_Judged]:
-        """Write the round's changed records as one atomic batch, each on its revision; when
-        the batch is refused or fails, one by one (`_write_alone`). Returns the sessions
-        written or unchanged."""
-        changed = [item for item in judged if item.record is not item.slot.record]
-        if not changed:
-            return judged
+        """Write the round's changed records as atomic batches of about `bytes_in_flight`
+        (a larger value alone), each record on its revision. Returns the sessions written or
+        unchanged."""
+        done = [item for item in judged if item.record is item.slot.record]
         profile = stages.PROFILE
-        since = 0.0 if profile is None else profile.now()
-        values = [_encoded(item.record) for item in changed]
-        writes = [
-            (item.token, value, item.slot.revision)
-            for item, value in zip(changed, values, strict=True)
-        ]
-        if profile is not None:
-            profile.add("encode", since)
+        batch: list[tuple[_Judged, bytes]] = []
+        held = 0
+        for item in judged:
+            if item.record is item.slot.record:
+                continue
+            since = 0.0 if profile is None else profile.now()
+            value = _encoded(item.record)
+            if profile is not None:
+                profile.add("encode", since)
+            batch.append((item, value))
+            held += len(value)
+            if held >= self._bytes_in_flight:
+                done += await self._write_batch(batch, report, failures)
+                batch, held = [], 0
+        if batch:
+            done += await self._write_batch(batch, report, failures)
+        return done
+
+    async def _write_batch(
+        self,
+        batch: list[tuple[_Judged, bytes]],
+        report: BatchReport,
+        failures: list[BaseException],
+    ) -> list[_Judged]:
+        """One atomic batch of compare-and-set writes; when it is refused or fails, its
+        records one by one (`_write_alone`). Returns the sessions written."""
+        writes = [(item.token, value, item.slot.revision) for item, value in batch]
         try:
             revisions = await self._store.write_many(writes)
         except Exception:  # one by one tells which session it was
             revisions = None
         if revisions is None:
-            unchanged = [item for item in judged if item.record is item.slot.record]
-            alone = [self._write_alone(item, report) for item in changed]
-            return unchanged + await self._each(alone, failures)
-        for item, value, revision in zip(changed, values, revisions, strict=True):
+            return await self._each(
+                [self._write_alone(item, report) for item, _ in batch], failures
+            )
+        for (item, value), revision in zip(batch, revisions, strict=True):
             item.slot = Slot(item.record, revision, len(value))
             self._remember(item.token, item.slot)
             report.sessions_written += 1
-        return judged
+        return [item for item, _ in batch]
 
     async def _write_alone(self, item: _Judged, report: BatchReport) -> _Judged:
         """The session's record written on its own, judged again on the bucket's record as

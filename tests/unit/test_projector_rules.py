@@ -219,6 +219,22 @@ async def test_sessions_not_cached_are_read_and_written_a_round_at_a_time(
     assert all(stored_state(store, name).session_seq == len(logs[name]) for name in logs)
 
 
+async def test_a_rounds_writes_go_in_atomic_batches_of_about_the_bytes_in_flight() -> None:
+    """Records not cached count nothing toward a round's bytes (their size is unknown until
+    read), so a round's writes are cut again by their encoded size."""
+    logs = {name: session_log(name) for name in "abcde"}
+    batch = [d for i, log in enumerate(logs.values()) for d in deliveries(log, 100 * i)]
+    store = CountingStore()
+    value = len(
+        encode_state(fold_all(SessionState(), [(e, 1 + i) for i, e in enumerate(logs["a"])]))
+    )
+    projector = Projector(store, FakeDlq(), bytes_in_flight=2 * value)
+    report = await projector.process(batch)
+    assert report.verdicts[Verdict.APPLIED] == len(batch)
+    assert store.read_calls == 1 and store.batches == 3  # two, two, then the last alone
+    assert all(stored_state(store, name).session_seq == len(logs[name]) for name in logs)
+
+
 async def test_a_tombstone_keeps_a_forgotten_session_from_coming_back() -> None:
     log = session_log()
     tombstone = Tombstone(
