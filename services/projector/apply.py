@@ -248,7 +248,8 @@ class Projector:
                 results.append(task.result())
             else:
                 failures.append(failure)
-        del tasks, failure
+            del failure  # no frame of a failure keeps this one alive
+        del tasks
         return results
 
     @property
