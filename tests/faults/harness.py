@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import signal
+import socket
 import subprocess
 import time
 from collections import Counter
@@ -43,11 +45,47 @@ from tests.processes import ServiceRunner
 ROUTE_PINGS = '  ping_interval: "1s"\n  ping_max: 3\n'
 
 
+#: Where the kernel starts handing out ports to outgoing connections (Linux's default).
+EPHEMERAL_LOW = 32768
+
+
+def _ephemeral_low() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW
+
+
+def listen_port(host: str = "127.0.0.1") -> int:
+    """A free port below the ephemeral range, for a server started later.
+
+    `free_port` asks the kernel for an ephemeral port, which any outgoing connection of a
+    parallel test may take before the server binds it (CI once lost a cluster node so:
+    "bind: address already in use" on its route port). Outgoing connections never get a
+    port below the range, so only another test's pick could collide, one in thousands."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(20_000, max(20_001, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return free_port(host)
+
+
 class ClusterNode(EmbeddedNats):
     """One nats-server of a loopback cluster, configured from its own file."""
 
     def __init__(self, name: str, root: Path, cluster_port: int, routes: list[str]) -> None:
-        super().__init__(root / name / "store", config_file=root / name / "server.conf")
+        super().__init__(
+            root / name / "store",
+            port=listen_port(),
+            monitor_port=listen_port(),
+            config_file=root / name / "server.conf",
+        )
         self.name = name
         self.cluster_port = cluster_port
         self.routes = routes
@@ -111,7 +149,7 @@ class Cluster:
     """Three nats-server processes with cluster routes to each other, JetStream on each."""
 
     def __init__(self, root: Path, size: int = 3) -> None:
-        cluster_ports = [free_port() for _ in range(size)]
+        cluster_ports = [listen_port() for _ in range(size)]
         routes = [f"nats-route://127.0.0.1:{port}" for port in cluster_ports]
         self.nodes = [
             ClusterNode(f"n{index + 1}", root, port, routes)

@@ -24,8 +24,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from cli.embedded import free_port
-from tests.faults.harness import Cluster, ClusterNode
+from tests.faults.harness import Cluster, ClusterNode, listen_port
 
 # --------------------------------------------------------------------------- route proxies
 
@@ -51,7 +50,7 @@ class RouteProxies:
 
     def add(self, source: int, target: int, target_port: int) -> int:
         """A proxy for the route `source → target`; returns its port."""
-        route = _Route(free_port(), target_port)
+        route = _Route(listen_port(), target_port)
         self.routes[(source, target)] = route
         return route.port
 
@@ -153,8 +152,8 @@ class ProxiedCluster(Cluster):
 
     def __init__(self, root: Path, size: int = 3, sync: str | None = None) -> None:
         self.proxies = RouteProxies()
-        cluster_ports = [free_port() for _ in range(size)]
-        dead = free_port()  # nothing listens there
+        cluster_ports = [listen_port() for _ in range(size)]
+        dead = listen_port()  # nothing listens there
         self.nodes = []
         for index in range(size):
             routes = [

@@ -22,7 +22,6 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
-from cli.embedded import free_port
 from contracts.decode import decode
 from services.adapters.connection import connect
 from services.adapters.session_read import read_session
@@ -30,7 +29,7 @@ from services.adapters.settings import Settings
 from services.gateway.committer import GroupCommitter
 from services.gateway.failover import Failover
 from services.gateway.service import CommandService
-from tests.faults.harness import ClusterNode, provision_cluster
+from tests.faults.harness import ClusterNode, listen_port, provision_cluster
 
 FAILOVER_AFTER_S = 2.0
 TIMEOUT_S = 2.0
@@ -41,7 +40,7 @@ class Link:
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self.port = free_port()
+        self.port = listen_port()
         self.cut_off = False
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
@@ -102,7 +101,7 @@ class ProxiedNode(ClusterNode):
 @pytest.fixture
 async def proxied_cluster(tmp_path: Path) -> AsyncIterator[tuple[list[ProxiedNode], Links]]:
     size = 3
-    cluster_ports = [free_port() for _ in range(size)]
+    cluster_ports = [listen_port() for _ in range(size)]
     links = {(a, b): Link(cluster_ports[b]) for a in range(size) for b in range(size) if a != b}
     for link in links.values():
         await link.start()
