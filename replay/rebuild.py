@@ -4,7 +4,8 @@ Both read the whole stream once, in order, and fold every session from nothing w
 projector's own rules (`core.projection.SessionFold`) in bounded memory (`replay.fold_store`:
 the messages kept by session in temporary files while the stream is read, then each file
 folded in a bounded cache of sessions, any overflow spilled to a temporary file). Only then do they
-touch the bucket, session by session, a bounded number at a time:
+touch the bucket, `SESSIONS_IN_FLIGHT` sessions at a time (their values read with one
+multi-key get, a rebuild's writes sent as one atomic batch):
 
 - rebuild writes each folded record with compare-and-set on the revision it read. It is safe
   while services run: a session whose projection is already ahead of what was read (a
@@ -166,11 +167,7 @@ async def rebuild(
                 session_id = record.session_id if isinstance(record, SessionState) else None
                 rows = await session_rows(nc, stream, folded.token, session_id, folded.last_seq)
                 record = project(current, rows)
-            if isinstance(record, Tombstone) or record is None:
-                report.tombstoned += 1
-                return
-            if isinstance(current, SessionState) and current.stream_seq > record.stream_seq:
-                report.left_to_live_projector += 1
+            if left_alone(current, record) or not isinstance(record, SessionState):
                 return
             try:
                 await kv.write(folded.token, encode_state(record), revision)
@@ -178,6 +175,17 @@ async def rebuild(
                 continue
             written(folded.token, record)
             return
+
+    def left_alone(current: Record, record: Record) -> bool:
+        """Whether `record` is not to be written over `current` (counted in the report):
+        nothing but a tombstone to write, or a projection already ahead of it."""
+        if isinstance(record, Tombstone) or record is None:
+            report.tombstoned += 1
+            return True
+        if isinstance(current, SessionState) and current.stream_seq > record.stream_seq:
+            report.left_to_live_projector += 1
+            return True
+        return False
 
     def written(token: str, record: SessionState) -> None:
         report.written += 1
@@ -196,11 +204,7 @@ async def rebuild(
             current, record = decode_record(value), folded.record
             if isinstance(current, Tombstone):
                 alone.append(folded)  # what counts after the purge needs the log
-            elif isinstance(record, Tombstone) or record is None:
-                report.tombstoned += 1
-            elif isinstance(current, SessionState) and current.stream_seq > record.stream_seq:
-                report.left_to_live_projector += 1
-            else:
+            elif not left_alone(current, record) and isinstance(record, SessionState):
                 batch.append((folded, record, revision))
         revisions = None
         if batch:
