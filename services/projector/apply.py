@@ -362,7 +362,8 @@ class Projector:
         writes = [(item.token, value, item.slot.revision) for item, value in batch]
         try:
             revisions = await self._store.write_many(writes)
-        except Exception:  # one by one tells which session it was
+        except Exception as exc:  # one by one tells which session it was
+            log.warning("atomic write failed", extra={"error": type(exc).__name__})
             revisions = None
         if revisions is None:
             return await self._each(
