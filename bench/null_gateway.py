@@ -9,6 +9,9 @@ avoid, in the same client library and process shape. It prints `ready` once subs
 
 The `write_gateway` scenario measures it with the same load generator as the gateway, so
 the gateway's figure over this one is the share of its time spent on anything but that.
+
+`python -m bench.null_gateway URL --echo` answers `ok` at once, without publishing: the
+request and reply hops alone, which `sequential_latency` sets beside one gateway command.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from services.gateway.listener import QUEUE_GROUP
 COMMANDS = "reminders.v1.*"
 
 
-async def serve(url: str) -> None:
-    """Answer commands until SIGTERM."""
+async def serve(url: str, echo: bool = False) -> None:
+    """Answer commands until SIGTERM (with `echo`, at once and without a publish)."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     data = encode_event(decide_session("null-template", [0])[0][0])
@@ -52,6 +55,10 @@ async def serve(url: str) -> None:
         await message.respond(orjson.dumps({"ok": True, "stream_seq": ack.seq}))
 
     async def receive(message: Msg) -> None:
+        if echo:
+            orjson.loads(message.data)
+            await message.respond(b'{"ok":true}')
+            return
         task = asyncio.ensure_future(handle(message))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -66,4 +73,4 @@ async def serve(url: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1]))
+    asyncio.run(serve(sys.argv[1], echo="--echo" in sys.argv[2:]))

@@ -7,7 +7,9 @@
 - `write_all_services`: the same with every service running as `reminders up` runs them, and
   how far the projector is behind when the last reply arrives.
 - `sequential_latency`: one session, one inject after another; baseline: one single-message
-  atomic batch per inject, one after another.
+  atomic batch per inject, one after another. Beside it, what the latency is made of: the
+  request and reply hops alone (`bench.null_gateway --echo`, one request after another) and
+  the gateway's CPU per command, in all and by stage (a second pass with the stage profile).
 - `inject_visible`: light load; from sending an inject to a `state` query with `min_seq` = the
   reply's session_seq returning through the gateway, with the projector running.
 """
@@ -134,10 +136,12 @@ async def projector_lag(url: str, since: float) -> tuple[int, float]:
 
 
 @contextmanager
-def null_gateway(url: str) -> Iterator[subprocess.Popen[str]]:
-    """`python -m bench.null_gateway URL` running and subscribed; stopped on exit."""
+def null_gateway(url: str, *flags: str) -> Iterator[subprocess.Popen[str]]:
+    """`python -m bench.null_gateway URL [FLAGS]` running and subscribed; stopped on exit."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.null_gateway", url], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "bench.null_gateway", url, *flags],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None
@@ -253,14 +257,16 @@ async def raw_sequential(url: str, count: int) -> list[float]:
     return latencies
 
 
-async def gateway_sequential(url: str, count: int) -> tuple[list[float], int]:
+async def gateway_sequential(
+    url: str, count: int, session_id: str = "seq"
+) -> tuple[list[float], int]:
     """Milliseconds of each inject (with dedupe key) through the gateway, one after another."""
     nc = await nats.connect(url)
     client = ReminderClient(nc, timeout_s=30)
     latencies, failed = [], 0
     for n in range(count):
         started = time.perf_counter()
-        reply = await client.request("inject", inject_payload("seq", n))
+        reply = await client.request("inject", inject_payload(session_id, n))
         latencies.append((time.perf_counter() - started) * 1000)
         failed += 0 if reply.get("ok") else 1
     await nc.close()
@@ -268,13 +274,27 @@ async def gateway_sequential(url: str, count: int) -> tuple[list[float], int]:
 
 
 def sequential_latency(count: int) -> dict[str, Any]:
-    """Inject latency of one session, one command at a time, beside raw atomic batches."""
-    with embedded_server() as server:
+    """Inject latency of one session, one command at a time, beside raw atomic batches; and
+    its parts: the request and reply hops alone, the gateway's CPU per command (by stage in a
+    second, profiled pass, so the profile's own cost stays out of the latency)."""
+    with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
         asyncio.run(provision_server(server.url))
         baseline = asyncio.run(raw_sequential(server.url, count))
-        with running_services(server.url, ["gateway"]):
+        with null_gateway(server.url, "--echo"):
+            hops, _ = asyncio.run(gateway_sequential(server.url, count, "echo"))
+        with running_services(server.url, ["gateway"]) as services:
             asyncio.run(warm_up(server.url))
+            meter = CpuMeter({"gateway": services["gateway"].process.pid})
             measured, failed = asyncio.run(gateway_sequential(server.url, count))
+            gateway_cpu = meter.ms_per(count)["gateway"]
+        profile_path = Path(logs) / "gateway-stages.json"
+        with running_services(server.url, ["gateway"], {PROFILE_ENV: str(profile_path)}):
+            asyncio.run(warm_up(server.url))
+            asyncio.run(profile_mark(server.url))
+            before = snapshot(profile_path)
+            asyncio.run(gateway_sequential(server.url, count, "seq-profiled"))
+            asyncio.run(profile_mark(server.url))
+            gateway_stages = stage_profile(profile_path, "commands", GATEWAY_STAGES, before)
     return {
         "commands": count,
         "inject_p50_ms": percentile(measured, 0.5),
@@ -282,6 +302,9 @@ def sequential_latency(count: int) -> dict[str, Any]:
         "failed_commands": failed,
         "raw_atomic_batch_p50_ms": percentile(baseline, 0.5),
         "raw_atomic_batch_p99_ms": percentile(baseline, 0.99),
+        "echo_round_trip_p50_ms": percentile(hops, 0.5),
+        "gateway_cpu_us_per_command": round(gateway_cpu * 1000, 1),
+        "gateway_stages_us_per_command": gateway_stages,
     }
 
 

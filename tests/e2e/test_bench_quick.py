@@ -42,6 +42,9 @@ def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path)
     assert scenarios["write_gateway"]["null_gateway_failed"] == 0
     gateway = scenarios["write_gateway"]["gateway_stages_us_per_command"]
     assert gateway["total"] > 0 and gateway["decide"] > 0 and gateway["nats_read"] > 0, gateway
+    sequential = scenarios["sequential_latency"]
+    assert sequential["echo_round_trip_p50_ms"] > 0, sequential
+    assert sequential["gateway_stages_us_per_command"]["decide"] > 0, sequential
     assert scenarios["rebuild"]["rebuild_peak_rss_mib"] > 0
     for name in ("projector_10k", "projector_100k"):
         stages = scenarios[name]["projector_stages_us_per_event"]
@@ -59,6 +62,7 @@ def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path)
         assert f"| {figure['what']} |" in compared
     assert "projector_10k `projector_stages_us_per_event`" in compared
     assert "write_gateway `gateway_stages_us_per_command`" in compared
+    assert "sequential_latency `gateway_stages_us_per_command`" in compared
     assert "| validate_chain_fold |" in compared
     assert "+0 %" in compared
 
