@@ -93,3 +93,25 @@ def test_the_markdown_table_has_a_row_per_figure(tmp_path: Path) -> None:
     ).stdout
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + len(FIGURES)
+
+
+def test_the_sequential_trace_accounts_for_every_segment_of_a_command() -> None:
+    from bench.sequential_trace import SEGMENTS
+
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.sequential_trace", "--commands", "5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    traced = json.loads(result.stdout)
+    segments = traced["segments_p50_us"]
+    assert list(segments) == [name for name, _, _ in SEGMENTS]
+    assert all(value >= 0 for value in segments.values()), segments
+    assert segments["decide"] > 0 and segments["atomic_batch"] > 0, segments
+    # The segments follow one another: each command's sum is its whole latency.
+    assert traced["total_p50_us"] >= segments["atomic_batch"], traced
+    assert traced["raw_atomic_batch_p50_us"] > 0 and traced["echo_round_trip_p50_us"] > 0
