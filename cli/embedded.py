@@ -7,6 +7,7 @@ happens at run time.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,8 +36,37 @@ def nats_server_binary() -> str:
     return found
 
 
+#: Linux's first ephemeral port, when /proc does not say where the range starts.
+EPHEMERAL_LOW = 32768
+#: The lowest port `free_port` picks.
+LISTEN_PORTS_FROM = 20_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on `host`."""
+    """A TCP port that was free a moment ago on `host`, for a server started later.
+
+    Picked below the ephemeral range: a port the kernel hands out for `bind(0)` is one any
+    outgoing connection (another test's client, the services' own) may take before the
+    server binds it ("address already in use"), while outgoing connections never get a port
+    below the range, so only another pick like this one could collide. When no port there
+    is free after a hundred tries, an ephemeral one."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(LISTEN_PORTS_FROM, max(LISTEN_PORTS_FROM + 1, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])

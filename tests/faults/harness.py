@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -45,35 +43,8 @@ from tests.processes import ServiceRunner
 ROUTE_PINGS = '  ping_interval: "1s"\n  ping_max: 3\n'
 
 
-#: Where the kernel starts handing out ports to outgoing connections (Linux's default).
-EPHEMERAL_LOW = 32768
-
-
-def _ephemeral_low() -> int:
-    try:
-        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
-        return int(text.split()[0])
-    except (OSError, ValueError, IndexError):
-        return EPHEMERAL_LOW
-
-
-def listen_port(host: str = "127.0.0.1") -> int:
-    """A free port below the ephemeral range, for a server started later.
-
-    `free_port` asks the kernel for an ephemeral port, which any outgoing connection of a
-    parallel test may take before the server binds it (CI once lost a cluster node so:
-    "bind: address already in use" on its route port). Outgoing connections never get a
-    port below the range, so only another test's pick could collide, one in thousands."""
-    low = _ephemeral_low()
-    for _ in range(100):
-        port = random.randrange(20_000, max(20_001, low))
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-            return port
-    return free_port(host)
+#: A free port below the ephemeral range, for a server started later (see `free_port`).
+listen_port = free_port
 
 
 class ClusterNode(EmbeddedNats):
