@@ -426,7 +426,13 @@ def rebuild_command(
         stderr.print(
             f"rebuilt {report.written} session(s); {report.left_to_live_projector} already "
             f"ahead; {report.tombstoned} forgotten; "
-            f"degraded: {', '.join(report.degraded) or 'none'}",
+            f"degraded: {', '.join(report.degraded) or 'none'}"
+            + (
+                f"; {len(report.still_changing)} still changing under every write, left to "
+                f"the live projector: {', '.join(report.still_changing)}"
+                if report.still_changing
+                else ""
+            ),
             highlight=False,
         )
 

@@ -136,6 +136,10 @@ async def read_projections(
         ) from None
 
 
+#: Compare-and-set writes of one session before the rebuild leaves it to the live projector.
+WRITE_ATTEMPTS = 10
+
+
 @dataclass
 class RebuildReport:
     """What a rebuild did."""
@@ -144,6 +148,9 @@ class RebuildReport:
     left_to_live_projector: int = 0
     tombstoned: int = 0
     degraded: list[str] = field(default_factory=list)
+    #: Sessions whose value changed under every one of `WRITE_ATTEMPTS` writes (another
+    #: writer, the live projector, kept getting there first): not written, left to it.
+    still_changing: list[str] = field(default_factory=list)
 
 
 async def rebuild(
@@ -158,7 +165,7 @@ async def rebuild(
     report = RebuildReport()
 
     async def write(folded: FoldedSession) -> None:
-        for _attempt in range(10):
+        for _attempt in range(WRITE_ATTEMPTS):
             value, revision = await read_projection(kv, folded.token)
             current = decode_record(value)
             record = folded.record
@@ -175,6 +182,7 @@ async def rebuild(
                 continue
             written(folded.token, record)
             return
+        report.still_changing.append(folded.token)
 
     def left_alone(current: Record, record: Record) -> bool:
         """Whether `record` is not to be written over `current` (counted in the report):
@@ -224,6 +232,7 @@ async def rebuild(
         total = await fold_stream(nc, stream, store, progress)
         await _each(store, total, "writing", write_chunk, progress)
     report.degraded.sort()
+    report.still_changing.sort()
     return report
 
 

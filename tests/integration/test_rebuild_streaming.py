@@ -8,6 +8,7 @@ import asyncio
 from collections import defaultdict
 
 import orjson
+import pytest
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
 
@@ -20,7 +21,7 @@ from core.projection import project_all
 from replay.rebuild import rebuild, verify_projection
 from replay.source import EVENT_FILTER, iterate_stream
 from services.adapters.provisioning import consumer_info
-from services.adapters.records import encode_state
+from services.adapters.records import KvSessionStore, StaleRevision, encode_state
 from services.adapters.settings import Settings
 from tests.integration.cloned_log import fill_cloned
 from tests.integration.forge import publish_raw
@@ -188,3 +189,21 @@ async def test_rebuild_peak_memory_does_not_grow_with_the_stream(
     )
     print(f"rebuild peak RSS: {empty:.1f} MiB (empty stream), {folded:.1f} MiB ({events} events)")
     assert folded - empty < RSS_GROWTH_BOUND_MIB, (empty, folded)
+
+
+async def test_a_session_that_changes_under_every_write_is_reported_not_dropped(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await fill_cloned(nc, provisioned.stream, sessions=3, commands=2, prefix="c")
+
+    async def refused(self: KvSessionStore, writes: object) -> None:
+        return None  # the atomic batch refused: every session goes one by one
+
+    async def lost(self: KvSessionStore, key: str, value: bytes, revision: int | None) -> int:
+        raise StaleRevision(key)  # another writer got there first, every time
+
+    monkeypatch.setattr(KvSessionStore, "write_many", refused)
+    monkeypatch.setattr(KvSessionStore, "write", lost)
+    report = await rebuild(nc, provisioned.stream, provisioned.kv_bucket)
+    assert report.written == 0
+    assert report.still_changing == ["c-0", "c-1", "c-2"]
