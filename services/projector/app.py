@@ -25,7 +25,7 @@ from services.adapters.telemetry import (
     tracer_provider,
 )
 from services.projector.adapters import JetStreamDeadLetters, LeaderSessionLog, NatsDelivery
-from services.projector.apply import Projector, Verdict
+from services.projector.apply import BatchReport, Projector, Verdict
 from services.projector.consumer import next_batch
 from services.projector.partitions import (
     DURABLE,
@@ -141,18 +141,26 @@ class ProjectorWorker:
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
         spans = [consumer_span(self.tracer, d.subject, d.headers, DURABLE) for d in deliveries]
+        report = BatchReport()
         try:
-            report = await self.projector.process(list(deliveries))
+            await self.projector.process(list(deliveries), report)
         finally:
             for span in spans:
                 if span is not None:
                     span.end()
+            # What was acked counts even when a session of the batch failed (and is
+            # redelivered): the counters follow the acks, not the batches that finished.
+            self._count(report, deliveries)
         if profile is not None:
             # The whole batch: `process` less its bracketed stages is the KV reads and
             # writes with the scheduling around them (sessions run concurrently).
             profile.add("batch", since)
             profile.count("events", len(deliveries))
             profile.count("batches")
+
+    def _count(self, report: BatchReport, deliveries: list[NatsDelivery]) -> None:
+        """The batch's verdicts, gap fills and dead letters into the metrics."""
+        assert self.projector is not None and self.metrics is not None
         metrics = self.metrics
         metrics.lag[0] = deliveries[-1].num_pending
         metrics.apply_latency.record(self.projector.last_apply_latency_s)

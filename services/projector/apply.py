@@ -143,9 +143,13 @@ class Projector:
         self._bytes_in_flight = bytes_in_flight
         self.last_apply_latency_s = 0.0
 
-    async def process(self, batch: list[Delivery]) -> BatchReport:
-        """Apply one fetched batch: one KV write per touched session, then its acks."""
-        report = BatchReport()
+    async def process(
+        self, batch: list[Delivery], report: BatchReport | None = None
+    ) -> BatchReport:
+        """Apply one fetched batch: one KV write per touched session, then its acks. Counts
+        go into `report` (a new one by default) as sessions are settled, so a caller that
+        passed one still has the counts of what was acked when this raises."""
+        report = BatchReport() if report is None else report
         by_token: OrderedDict[str, list[Delivery]] = OrderedDict()
         for delivery in batch:
             by_token.setdefault(token_of(delivery.subject), []).append(delivery)

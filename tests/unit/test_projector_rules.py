@@ -17,7 +17,14 @@ from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import event_subject
 from services.adapters.records import decode_record, encode_state
-from services.projector.apply import Delivery, LoggedEvent, Projector, StaleRevision, Verdict
+from services.projector.apply import (
+    BatchReport,
+    Delivery,
+    LoggedEvent,
+    Projector,
+    StaleRevision,
+    Verdict,
+)
 from tests.support import Driver
 
 
@@ -316,10 +323,14 @@ async def test_a_session_failing_its_write_leaves_the_others_written_and_acked()
 
     store, dlq = Unreachable(), FakeDlq()
     ok, down = deliveries(session_log("ok")), deliveries(session_log("down"), first_seq=100)
+    report = BatchReport()
     with pytest.raises(ConnectionError):
-        await Projector(store, dlq).process([*down, *ok])
+        await Projector(store, dlq).process([*down, *ok], report)
     assert all(item.acked for item in ok) and not any(item.acked for item in down)
     assert stored_state(store, "ok").session_seq == len(ok)
+    # The caller's report still counts what was acked, for the metrics.
+    assert report.verdicts[Verdict.APPLIED] == len(ok)
+    assert sum(report.verdicts.values()) == len(ok)
 
 
 def test_the_projector_process_collects_young_garbage_less_often_and_freezes_start_up() -> None:
