@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import orjson
 from nats.aio.client import Client
 
 from contracts.events import Event
@@ -28,13 +27,11 @@ from contracts.subjects import event_subject, session_subject_filter
 from core.canonical import canonical_bytes
 from services.adapters import stages
 from services.adapters.jetstream import (
-    H_BATCH_COMMIT,
-    H_BATCH_ID,
-    H_BATCH_SEQ,
     H_EXPECTED_SEQ,
     H_EXPECTED_SUBJECT,
     H_MSG_ID,
-    JetStreamApiError,
+    BatchMessage,
+    send_atomic_batch,
 )
 
 
@@ -68,7 +65,7 @@ async def publish_atomic(
     """
     profile = stages.PROFILE
     since = 0.0 if profile is None else profile.now()
-    messages: list[tuple[str, bytes, dict[str, str]]] = []
+    messages: list[BatchMessage] = []
     for append in appends:
         encoded = append.encoded or tuple(encode_event(event) for event in append.events)
         for index, (event, data) in enumerate(zip(append.events, encoded, strict=True)):
@@ -77,23 +74,12 @@ async def publish_atomic(
                 headers[H_EXPECTED_SEQ] = str(append.expected_last_seq)
                 headers[H_EXPECTED_SUBJECT] = session_subject_filter(append.session_id)
             messages.append((event_subject(event.kind, event.session_id), data, headers))
-    if not messages:
-        raise ValueError("an atomic batch needs at least one message")
-    last = len(messages)
-    for position, (subject, data, headers) in enumerate(messages, start=1):
-        headers = {**headers, H_BATCH_ID: batch_id, H_BATCH_SEQ: str(position)}
-        if position < last:
-            await nc.publish(subject, data, headers=headers)
-            continue
-        headers[H_BATCH_COMMIT] = "1"
+
+    def sent() -> None:
+        # Every message but the commit into the client's buffer (a publish does not wait);
+        # the commit is a request, which does.
         if profile is not None:
-            # Every message but the commit into the client's buffer (a publish does not
-            # wait); the commit is a request, which does.
             profile.add("batch_publish", since)
             profile.count("batches")
-        reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
-        ack = orjson.loads(reply.data)
-        if "error" in ack:
-            raise JetStreamApiError(ack["error"])
-        return int(ack["seq"])
-    raise AssertionError("unreachable")
+
+    return await send_atomic_batch(nc, messages, batch_id, timeout_s, sent)

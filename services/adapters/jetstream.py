@@ -5,11 +5,16 @@ what its failures mean) and `session_read` (reading one session back).
 
 nats-py has no atomic-batch helper, so batches are built from the `Nats-Batch-*` headers;
 expectation headers are sent by name because nats-py has no constant for the `-Subject` one.
+`send_atomic_batch` sends one; the session appends and the projection bucket's writes both use it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import orjson
+from nats.aio.client import Client
 
 H_MSG_ID = "Nats-Msg-Id"
 H_BATCH_ID = "Nats-Batch-Id"
@@ -38,3 +43,41 @@ class JetStreamApiError(RuntimeError):
         self.err_code = int(error.get("err_code", 0))
         self.description = str(error.get("description", ""))
         super().__init__(f"{self.code}/{self.err_code}: {self.description}")
+
+
+#: One message of an atomic batch: subject, body and its own headers (the batch's are added).
+BatchMessage = tuple[str, bytes, dict[str, str]]
+
+
+async def send_atomic_batch(
+    nc: Client,
+    messages: Sequence[BatchMessage],
+    batch_id: str,
+    timeout_s: float,
+    before_commit: Callable[[], None] | None = None,
+) -> int:
+    """Publish `messages` as one JetStream atomic batch (each with the batch id and its
+    position; the last, with the commit, as a request for the batch's PubAck) and return the
+    stream seq of the last one. `before_commit` runs once every other message is in the
+    client's buffer.
+
+    Raises `JetStreamApiError` when the server refuses the batch (nothing was stored), or
+    nats-py's error (timeout, no responders, connection trouble), after which it is unknown
+    whether the batch was stored."""
+    if not messages:
+        raise ValueError("an atomic batch needs at least one message")
+    last = len(messages)
+    for position, (subject, data, headers) in enumerate(messages, start=1):
+        headers = {**headers, H_BATCH_ID: batch_id, H_BATCH_SEQ: str(position)}
+        if position < last:
+            await nc.publish(subject, data, headers=headers)
+            continue
+        headers[H_BATCH_COMMIT] = "1"
+        if before_commit is not None:
+            before_commit()
+        reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
+        ack = orjson.loads(reply.data)
+        if "error" in ack:
+            raise JetStreamApiError(ack["error"])
+        return int(ack["seq"])
+    raise AssertionError("unreachable")

@@ -31,13 +31,7 @@ from contracts.records import Tombstone
 from contracts.state import SessionState
 from core.canonical import canonical_json, may_hold_float
 from services.adapters.ids import new_uuid7
-from services.adapters.jetstream import (
-    H_BATCH_COMMIT,
-    H_BATCH_ID,
-    H_BATCH_SEQ,
-    H_EXPECTED_SEQ,
-    JetStreamApiError,
-)
+from services.adapters.jetstream import H_EXPECTED_SEQ, JetStreamApiError, send_atomic_batch
 
 #: How long one read of the bucket may take (nats-py's own default for a KV get).
 READ_TIMEOUT_S = 5.0
@@ -220,7 +214,7 @@ class KvSessionStore:
             await self._nc.publish(
                 f"$JS.API.DIRECT.GET.KV_{self._bucket}", orjson.dumps(request), reply=inbox
             )
-            end = await asyncio.wait_for(asyncio.shield(ended), timeout_s)
+            end = await asyncio.wait_for(ended, timeout_s)
         finally:
             await subscription.unsubscribe()
         if end["Status"] not in ("204", "404"):
@@ -240,27 +234,15 @@ class KvSessionStore:
         whether the batch was stored, as for a single write)."""
         if not writes or len(writes) > MANY_LIMIT:
             raise ValueError(f"an atomic batch holds 1 to {MANY_LIMIT} writes")
-        batch_id = new_uuid7()
-        last = len(writes)
-        reply = None
-        for position, (token, value, revision) in enumerate(writes, start=1):
-            headers = {
-                H_BATCH_ID: batch_id,
-                H_BATCH_SEQ: str(position),
-                H_EXPECTED_SEQ: str(revision or 0),
-            }
-            subject = f"$KV.{self._bucket}.{token}"
-            if position < last:
-                await self._nc.publish(subject, value, headers=headers)
-                continue
-            headers[H_BATCH_COMMIT] = "1"
-            reply = await self._nc.request(subject, value, timeout=timeout_s, headers=headers)
-        assert reply is not None
-        ack = orjson.loads(reply.data)
-        if "error" in ack:
-            error = JetStreamApiError(ack["error"])
+        messages = [
+            (f"$KV.{self._bucket}.{token}", value, {H_EXPECTED_SEQ: str(revision or 0)})
+            for token, value, revision in writes
+        ]
+        try:
+            last_seq = await send_atomic_batch(self._nc, messages, new_uuid7(), timeout_s)
+        except JetStreamApiError as error:
             if error.err_code == ERR_WRONG_LAST_SEQUENCE:
                 return None
-            raise error
-        first = int(ack["seq"]) - last + 1
-        return list(range(first, first + last))
+            raise
+        first = last_seq - len(writes) + 1
+        return list(range(first, last_seq + 1))
