@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import nats.errors
 from nats.aio.client import Client
@@ -47,6 +48,8 @@ FLEET = AuditScope()
 #: "checking" count sessions, "listing" (verify-projection's scan of the bucket) counts its
 #: messages.
 StageProgress = Callable[[str, int, int], None]
+#: What a read of the bucket returns.
+Read = TypeVar("Read")
 #: Sessions written or checked at once: their values read with one multi-key get, their
 #: writes sent as one atomic batch (the server takes at most 1,000 of either).
 SESSIONS_IN_FLIGHT = 256
@@ -107,15 +110,9 @@ async def read_projection(store: KvSessionStore, token: str) -> tuple[bytes | No
     times) when a read times out: a direct get may be answered by a replica that froze or
     went away, as a whole-stream read's batch may; a read that keeps timing out ends the
     command in one line (`ReplayError`)."""
-    for _ in range(STALL_RETRIES):
-        try:
-            return await store.read(token)
-        except nats.errors.TimeoutError:
-            continue
-    try:
-        return await store.read(token)
-    except nats.errors.TimeoutError:
-        raise ReplayError(f"the projection of session {token} was not read in time") from None
+    return await _asked_again(
+        lambda: store.read(token), f"the projection of session {token} was not read in time"
+    )
 
 
 async def read_projections(
@@ -123,17 +120,22 @@ async def read_projections(
 ) -> dict[str, tuple[bytes | None, int | None]]:
     """`read_projection` of several sessions with one multi-key get, asked for again as
     that one is."""
-    for _ in range(STALL_RETRIES):
+    return await _asked_again(
+        lambda: store.read_many(tokens),
+        f"the projections of {len(tokens)} sessions were not read in time",
+    )
+
+
+async def _asked_again(read: Callable[[], Awaitable[Read]], failure: str) -> Read:
+    """`read()`, tried `STALL_RETRIES` more times while it times out (nats-py's timeout is
+    one too); then `ReplayError(failure)`."""
+    for attempt in range(STALL_RETRIES + 1):
         try:
-            return await store.read_many(tokens)
-        except TimeoutError:  # nats-py's timeout is one too
-            continue
-    try:
-        return await store.read_many(tokens)
-    except TimeoutError:
-        raise ReplayError(
-            f"the projections of {len(tokens)} sessions were not read in time"
-        ) from None
+            return await read()
+        except TimeoutError:
+            if attempt == STALL_RETRIES:
+                raise ReplayError(failure) from None
+    raise AssertionError("unreachable")
 
 
 #: Compare-and-set writes of one session before the rebuild leaves it to the live projector.
