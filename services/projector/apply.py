@@ -374,9 +374,7 @@ class Projector:
                 [self._write_alone(item, report) for item, _ in batch], failures
             )
         for (item, value), revision in zip(batch, revisions, strict=True):
-            item.slot = Slot(item.record, revision, len(value))
-            self._remember(item.token, item.slot)
-            report.sessions_written += 1
+            self._stored(item, revision, len(value), report)
         return [item for item, _ in batch]
 
     async def _write_alone(self, item: _Judged, report: BatchReport) -> _Judged:
@@ -399,11 +397,15 @@ class Projector:
                 if attempt == self._cas_retries:
                     raise
                 continue
-            item.slot = Slot(item.record, revision, len(value))
-            self._remember(item.token, item.slot)
-            report.sessions_written += 1
+            self._stored(item, revision, len(value), report)
             break
         return item
+
+    def _stored(self, item: _Judged, revision: int, size: int, report: BatchReport) -> None:
+        """The session's record is the bucket's now, at `revision`: cache it as such."""
+        item.slot = Slot(item.record, revision, size)
+        self._remember(item.token, item.slot)
+        report.sessions_written += 1
 
     async def _acknowledge(self, item: _Judged, report: BatchReport) -> None:
         """Ack each delivery the record holds (or that is a duplicate or poison), nak each
