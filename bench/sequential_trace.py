@@ -24,9 +24,7 @@ import asyncio
 import atexit
 import functools
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,10 +42,9 @@ from bench.write_path import (
     raw_sequential,
     warm_up,
 )
-from cli.embedded import free_port
-from cli.supervisor import ServiceProcess, stop_all, wait_ready
+from cli.supervisor import ServiceProcess, spawn_service, stop_all, wait_ready
 from client.sdk import ReminderClient
-from services.workers import WORKERS
+from services.adapters.settings import Settings
 
 #: (segment, from mark, to mark), in the order a command passes them.
 SEGMENTS: tuple[tuple[str, str, str], ...] = (
@@ -128,21 +125,14 @@ def _serve_gateway(output: str) -> None:
 
 
 def _spawn_gateway(url: str, marks_path: Path, log_path: Path) -> ServiceProcess:
-    port = free_port()
-    env = {
-        **os.environ,
-        "REMINDERS_NATS_URL": url,
-        WORKERS["gateway"].http_port_env: str(port),
-        "REMINDERS_RATE_LIMIT": "1000000",
-    }
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bench.sequential_trace", "--gateway", str(marks_path)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    return ServiceProcess("gateway", port, process, log_path, None, "")
+    argv = [sys.executable, "-m", "bench.sequential_trace", "--gateway", str(marks_path)]
+    return spawn_service(
+        "gateway",
+        Settings(nats_url=url),
+        log_path,
+        {"REMINDERS_RATE_LIMIT": "1000000"},
+        argv=argv,
+    )
 
 
 async def _injects(url: str, count: int) -> list[tuple[float, float]]:

@@ -73,8 +73,10 @@ def spawn_service(
     *,
     http_port: int | None = None,
     label: str = "",
+    argv: Sequence[str] | None = None,
 ) -> ServiceProcess:
-    """Start `reminders serve NAME` against `settings.nats_url`, output to `log_path`."""
+    """Start `reminders serve NAME` against `settings.nats_url`, output to `log_path`
+    (`argv`: another command that serves NAME the same way, such as a benchmark's wrapper)."""
     port = http_port or free_port()
     env = {
         **os.environ,
@@ -86,7 +88,7 @@ def spawn_service(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "serve", name],
+            list(argv or [sys.executable, "-m", "cli.main", "serve", name]),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -13,17 +13,23 @@ from bench.report import FIGURES, SCENARIOS
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path) -> None:
-    output = tmp_path / "bench.json"
+def _module(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """`python -m ARGS` from the repository's root, which must succeed."""
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--output", str(output)],
+        [sys.executable, "-m", *args],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout_s,
         cwd=ROOT,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    result = _module("bench", "--quick", "--output", str(output), timeout_s=600)
     printed = json.loads(result.stdout)
     assert json.loads(output.read_text(encoding="utf-8")) == printed
     assert set(printed["scenarios"]) == set(SCENARIOS)
@@ -50,14 +56,7 @@ def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path)
         stages = scenarios[name]["projector_stages_us_per_event"]
         assert stages["total"] > 0 and stages["validate_chain_fold"] > 0, (name, stages)
     # The A/B table of a run against itself: every figure, every stage profile, no change.
-    compared = subprocess.run(
-        [sys.executable, "-m", "bench", "--compare", str(output), str(output)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=True,
-    ).stdout
+    compared = _module("bench", "--compare", str(output), str(output), timeout_s=60).stdout
     for figure in printed["figures"].values():
         assert f"| {figure['what']} |" in compared
     assert "projector_10k `projector_stages_us_per_event`" in compared
@@ -83,14 +82,7 @@ def test_the_markdown_table_has_a_row_per_figure(tmp_path: Path) -> None:
     }
     results = tmp_path / "bench.json"
     results.write_text(json.dumps({"figures": figures, "run": {}}), encoding="utf-8")
-    table = subprocess.run(
-        [sys.executable, "-m", "bench", "--markdown", str(results)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=True,
-    ).stdout
+    table = _module("bench", "--markdown", str(results), timeout_s=60).stdout
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + len(FIGURES)
 
@@ -98,15 +90,7 @@ def test_the_markdown_table_has_a_row_per_figure(tmp_path: Path) -> None:
 def test_the_sequential_trace_accounts_for_every_segment_of_a_command() -> None:
     from bench.sequential_trace import SEGMENTS
 
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.sequential_trace", "--commands", "5"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = _module("bench.sequential_trace", "--commands", "5", timeout_s=300)
     traced = json.loads(result.stdout)
     segments = traced["segments_p50_us"]
     assert list(segments) == [name for name, _, _ in SEGMENTS]
