@@ -71,13 +71,47 @@ class _Folding:
 @dataclass(frozen=True, slots=True)
 class FoldedSession:
     """What the stream gave for one session token: the record its events fold into from
-    nothing, and the stream sequences of its first and last event and how many it had."""
+    nothing, as the bucket would store it, and the stream sequences of its first and last
+    event and how many it had.
+
+    The record is kept encoded, with the few of its fields a rebuild or a verification
+    decides on beside it, so writing it or finding it equal to the bucket's value needs no
+    decoding (`record` decodes it when a session needs more)."""
 
     token: str
-    record: Record
+    #: The record's bucket bytes (`encode_state`); empty when the events fold into nothing.
+    encoded: bytes
     first_seq: int
     last_seq: int
     events: int
+    #: The state's `session_id` and `stream_seq`; None when the record is not a state.
+    session_id: str | None = None
+    state_seq: int | None = None
+    #: Whether the state is marked degraded (a poison event skipped).
+    degraded: bool = False
+
+    @property
+    def record(self) -> Record:
+        """The record itself, decoded and validated."""
+        return decode_record(self.encoded)
+
+    @classmethod
+    def of(
+        cls, token: str, record: Record, first_seq: int, last_seq: int, events: int
+    ) -> FoldedSession:
+        """A session folded to `record`, encoded once here."""
+        if not isinstance(record, SessionState):
+            return cls(token, _encode(record), first_seq, last_seq, events)
+        return cls(
+            token,
+            encode_state(record),
+            first_seq,
+            last_seq,
+            events,
+            record.session_id,
+            record.stream_seq,
+            record.degraded is not None,
+        )
 
 
 def _encode(record: Record) -> bytes:
@@ -106,7 +140,8 @@ class FoldStore:
         self._db.execute("PRAGMA synchronous=OFF")
         self._db.execute(
             "CREATE TABLE folded (token TEXT PRIMARY KEY, record BLOB NOT NULL,"
-            " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, events INTEGER NOT NULL)"
+            " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, events INTEGER NOT NULL,"
+            " session_id TEXT, state_seq INTEGER, degraded INTEGER NOT NULL)"
         )
         self.spilled = 0
         self.reloaded = 0
@@ -191,17 +226,25 @@ class FoldStore:
         rows = []
         for _ in range(min(count, len(self._cache))):
             token, folding = self._cache.popitem(last=False)
+            folded = FoldedSession.of(
+                token, folding.fold.record, folding.first_seq, folding.last_seq, folding.events
+            )
             rows.append(
                 (
                     token,
-                    _encode(folding.fold.record),
-                    folding.first_seq,
-                    folding.last_seq,
-                    folding.events,
+                    folded.encoded,
+                    folded.first_seq,
+                    folded.last_seq,
+                    folded.events,
+                    folded.session_id,
+                    folded.state_seq,
+                    folded.degraded,
                 )
             )
         with self._db:
-            self._db.executemany("INSERT OR REPLACE INTO folded VALUES (?, ?, ?, ?, ?)", rows)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO folded VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
         self.spilled += len(rows)
 
     def finish(self, progress: FoldProgress | None = None) -> int:
@@ -222,12 +265,13 @@ class FoldStore:
     def sessions(self, chunk: int = 256) -> Iterator[list[FoldedSession]]:
         """Every folded session (after `finish`), in token order, `chunk` at a time."""
         cursor = self._db.execute(
-            "SELECT token, record, first_seq, last_seq, events FROM folded ORDER BY token"
+            "SELECT token, record, first_seq, last_seq, events, session_id, state_seq, degraded"
+            " FROM folded ORDER BY token"
         )
         while batch := cursor.fetchmany(chunk):
             yield [
-                FoldedSession(token, decode_record(record), first_seq, last_seq, events)
-                for token, record, first_seq, last_seq, events in batch
+                FoldedSession(token, record, first, last, events, session_id, seq, bool(degraded))
+                for token, record, first, last, events, session_id, seq, degraded in batch
             ]
 
     def __contains__(self, token: object) -> bool:

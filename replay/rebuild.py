@@ -40,7 +40,13 @@ from replay.scope import AuditScope
 from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_raw, stored_row
 from services.adapters.bucket_scan import bucket_values
 from services.adapters.jetstream import JetStreamApiError
-from services.adapters.records import KvSessionStore, StaleRevision, decode_record, encode_state
+from services.adapters.records import (
+    KvSessionStore,
+    StaleRevision,
+    decode_record,
+    encode_state,
+    record_position,
+)
 from services.adapters.session_read import iterate_direct, session_messages
 
 FLEET = AuditScope()
@@ -176,58 +182,62 @@ async def rebuild(
                 session_id = record.session_id if isinstance(record, SessionState) else None
                 rows = await session_rows(nc, stream, folded.token, session_id, folded.last_seq)
                 record = project(current, rows)
-            if left_alone(current, record) or not isinstance(record, SessionState):
+            current_seq = current.stream_seq if isinstance(current, SessionState) else None
+            seq = record.stream_seq if isinstance(record, SessionState) else None
+            if not to_write(current_seq, seq) or not isinstance(record, SessionState):
                 return
             try:
                 await kv.write(folded.token, encode_state(record), revision)
             except StaleRevision:
                 continue
-            written(folded.token, record)
+            written(folded.token, record.degraded is not None)
             return
         report.still_changing.append(folded.token)
 
-    def left_alone(current: Record, record: Record) -> bool:
-        """Whether `record` is not to be written over `current` (counted in the report):
-        nothing but a tombstone to write, or a projection already ahead of it."""
-        if isinstance(record, Tombstone) or record is None:
+    def to_write(current_seq: int | None, seq: int | None) -> bool:
+        """Whether a state at `stream_seq` `seq` (None: the fold made no state, so there is
+        nothing but a tombstone to write) is to be written over the bucket's state at
+        `current_seq` (None: none); what is not is counted in the report."""
+        if seq is None:
             report.tombstoned += 1
-            return True
-        if isinstance(current, SessionState) and current.stream_seq > record.stream_seq:
+            return False
+        if current_seq is not None and current_seq > seq:
             report.left_to_live_projector += 1
-            return True
-        return False
+            return False
+        return True
 
-    def written(token: str, record: SessionState) -> None:
+    def written(token: str, degraded: bool) -> None:
         report.written += 1
-        if record.degraded is not None:
+        if degraded:
             report.degraded.append(token)
 
     async def write_chunk(chunk: list[FoldedSession]) -> None:
         """The chunk's values read at once and the states to write written as one atomic
-        batch; a forgotten session, and every session of a refused batch (another writer
-        got there first: the live projector), go one by one (`write`)."""
+        batch, from the bytes the fold encoded (the bucket's value is only peeked at for its
+        `stream_seq`); a forgotten session, and every session of a refused batch (another
+        writer got there first: the live projector), go one by one (`write`)."""
         found = await read_projections(kv, [folded.token for folded in chunk])
         alone: list[FoldedSession] = []
-        batch: list[tuple[FoldedSession, SessionState, int | None]] = []
+        batch: list[tuple[FoldedSession, int | None]] = []
         for folded in chunk:
             value, revision = found[folded.token]
-            current, record = decode_record(value), folded.record
+            current = record_position(value)
             if isinstance(current, Tombstone):
                 alone.append(folded)  # what counts after the purge needs the log
-            elif not left_alone(current, record) and isinstance(record, SessionState):
-                batch.append((folded, record, revision))
+            elif to_write(current, folded.state_seq):
+                batch.append((folded, revision))
         revisions = None
         if batch:
-            writes = [(f.token, encode_state(record), rev) for f, record, rev in batch]
+            writes = [(folded.token, folded.encoded, revision) for folded, revision in batch]
             try:
                 revisions = await kv.write_many(writes)
             except (TimeoutError, nats.errors.Error, JetStreamApiError):
                 revisions = None  # one by one, each write tells what became of it
         if revisions is None:
-            alone += [folded for folded, _, _ in batch]
+            alone += [folded for folded, _ in batch]
         else:
-            for folded, record, _ in batch:
-                written(folded.token, record)
+            for folded, _ in batch:
+                written(folded.token, folded.degraded)
         await asyncio.gather(*(write(folded) for folded in alone))
 
     with FoldStore(cache_sessions) as store:
@@ -257,13 +267,13 @@ async def _judge_projection(
         return None
     if current is None:
         return f"{folded.events} event(s) but no projection" if folded.events else None
-    expected = folded.record
+    expected = folded.encoded
     if current.stream_seq != folded.last_seq:
         # The projection stops elsewhere than the read did (a projector behind or ahead of
         # it, events skipped after a poison one): fold the session's own events up to it.
         rows = await session_rows(nc, stream, folded.token, current.session_id, current.stream_seq)
-        expected = project(None, rows)
-    if not isinstance(expected, SessionState) or encode_state(expected) != encode_state(current):
+        expected = FoldedSession.of(folded.token, project(None, rows), 0, 0, 0).encoded
+    if expected != encode_state(current):
         return f"projection differs from a replay up to {current.stream_seq}"
     return None
 
@@ -283,15 +293,20 @@ async def verify_projection(
     mismatches: list[Mismatch] = []
     checked = 0
 
-    def in_scope(record: object) -> bool:
-        return scope.tenant is None or (
-            isinstance(record, SessionState) and scope.covers(record.session_id)
-        )
+    def in_scope(session_id: str | None) -> bool:
+        """Whether a session (None: no state, so no session id) is within `scope`."""
+        return scope.tenant is None or (session_id is not None and scope.covers(session_id))
 
     async def check(folded: FoldedSession, value: bytes | None) -> None:
         nonlocal checked
+        if value and value == folded.encoded and folded.state_seq == folded.last_seq:
+            # Byte for byte the fold of every event the read found: nothing to decode.
+            if in_scope(folded.session_id):
+                checked += 1
+            return
         current = decode_record(value)
-        if not (in_scope(folded.record) or (folded.events == 0 and in_scope(current))):
+        current_id = current.session_id if isinstance(current, SessionState) else None
+        if not (in_scope(folded.session_id) or (folded.events == 0 and in_scope(current_id))):
             return  # another tenant's session (or a bare tombstone)
         checked += 1
         reason = await _judge_projection(nc, stream, current, folded)
@@ -320,7 +335,7 @@ async def verify_projection(
         ]
         for start in range(0, len(unread), SESSIONS_IN_FLIGHT):
             chunk = unread[start : start + SESSIONS_IN_FLIGHT]
-            await check_chunk([FoldedSession(token, None, 0, 0, 0) for token in chunk])
+            await check_chunk([FoldedSession(token, b"", 0, 0, 0) for token in chunk])
     mismatches.sort(key=lambda mismatch: mismatch.token)
     return checked, mismatches
 
@@ -328,7 +343,7 @@ async def verify_projection(
 def _folded_alone(token: str, rows: Iterable[StoredEvent]) -> FoldedSession:
     """One session's events folded from nothing, as the whole-stream read would have."""
     listed = list(rows)
-    return FoldedSession(
+    return FoldedSession.of(
         token,
         project(None, listed),
         listed[0].stream_seq if listed else 0,

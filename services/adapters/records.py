@@ -112,6 +112,21 @@ def decode_record(value: bytes | None) -> SessionState | Tombstone | None:
     return SessionState.model_validate(raw)
 
 
+def record_position(value: bytes | None) -> Tombstone | int | None:
+    """What a bucket value says of where its session is, without validating a whole state:
+    the tombstone (decoded), or the state's `stream_seq`, or None for an empty value. A
+    value whose `stream_seq` is not an integer is decoded in full (and refused there)."""
+    if not value:
+        return None
+    raw = orjson.loads(value)
+    if isinstance(raw, dict) and raw.get("tombstone") is not True:
+        seq = raw.get("stream_seq", 0)
+        if type(seq) is int:
+            return seq
+    record = decode_record(value)
+    return record.stream_seq if isinstance(record, SessionState) else record
+
+
 async def read_last_value(
     nc: Client, bucket: str, token: str, timeout_s: float = READ_TIMEOUT_S
 ) -> bytes | None:

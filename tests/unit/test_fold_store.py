@@ -67,6 +67,15 @@ def test_each_session_folds_to_its_whole_log_record(
         for session in folded
     } == expected
     for session in folded:
+        # The bytes to write, and what a rebuild decides on, kept beside them undecoded.
+        record = session.record
+        assert isinstance(record, SessionState)
+        assert session.encoded == expected[session.token]
+        assert (session.session_id, session.state_seq, session.degraded) == (
+            record.session_id,
+            record.stream_seq,
+            record.degraded is not None,
+        )
         own = [row.stream_seq for row in rows if last_token(row.subject) == session.token]
         assert (session.first_seq, session.last_seq, session.events) == (
             own[0],

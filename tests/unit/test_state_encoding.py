@@ -5,12 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
+from contracts.records import Tombstone
 from contracts.state import RecentReply, SessionState
 from contracts.stored import StoredEvent
 from core.fold import Scratch
 from core.projection import project_all
-from services.adapters.records import decode_record, encode_state, encode_state_reference
+from services.adapters.records import (
+    decode_record,
+    encode_state,
+    encode_state_reference,
+    record_position,
+)
 from tests.golden.regen import GOLDEN_DIR, scripts
 from tests.support import session_log, stored
 
@@ -40,3 +47,17 @@ def test_a_reply_holding_floats_or_float_like_text_still_encodes_as_its_definiti
     odd = scratch.freeze()
     assert encode_state(odd) == encode_state_reference(odd)
     assert encode_state(state) == encode_state_reference(state)
+
+
+def test_record_position_reads_where_a_value_stands_as_a_full_decode_would() -> None:
+    state, _ = project_all(None, stored(session_log()))
+    assert isinstance(state, SessionState)
+    tombstone = Tombstone(session_token="t", purged_through=7, forgotten_at="2026-12-03T00:00:00Z")
+    assert record_position(encode_state(state)) == state.stream_seq > 0
+    assert record_position(encode_state(SessionState())) == 0
+    assert record_position(tombstone.model_dump_json().encode()) == tombstone
+    assert record_position(None) is None
+    assert record_position(b"") is None
+    # A stream_seq that is not an integer is decoded in full, which refuses it.
+    with pytest.raises(ValidationError):
+        record_position(b'{"stream_seq": "seven"}')
