@@ -75,9 +75,18 @@ async def send_atomic_batch(
         headers[H_BATCH_COMMIT] = "1"
         if before_commit is not None:
             before_commit()
-        reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
-        ack = orjson.loads(reply.data)
-        if "error" in ack:
-            raise JetStreamApiError(ack["error"])
-        return int(ack["seq"])
+        return await publish_stored(nc, subject, data, headers, timeout_s)
     raise AssertionError("unreachable")
+
+
+async def publish_stored(
+    nc: Client, subject: str, data: bytes, headers: dict[str, str], timeout_s: float
+) -> int:
+    """Publish one message to a stream and return its stream seq from the PubAck. Raises
+    `JetStreamApiError` when the server refuses it (a failed expectation: nothing stored),
+    or nats-py's error, after which it is unknown whether it was stored."""
+    reply = await nc.request(subject, data, timeout=timeout_s, headers=headers)
+    ack = orjson.loads(reply.data)
+    if "error" in ack:
+        raise JetStreamApiError(ack["error"])
+    return int(ack["seq"])

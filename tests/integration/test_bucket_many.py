@@ -59,3 +59,18 @@ async def test_many_keys_written_at_once_are_all_stored_or_none(
     assert again is not None
     assert await store.read("a") == (b"A2", again[0])
     assert await store.read("b") == (b"B2", again[1])
+
+
+async def test_one_write_alone_is_stored_on_its_revision_or_refused(
+    nc: Client, provisioned: Settings
+) -> None:
+    # A single write goes as one plain publish with its expectation, not an atomic batch.
+    store = await bucket(nc, provisioned)
+    created = await store.write_many([("solo", b"S1", None)])
+    assert created is not None and await store.read("solo") == (b"S1", created[0])
+    updated = await store.write_many([("solo", b"S2", created[0])])
+    assert updated is not None and updated[0] > created[0]
+    assert await store.write_many([("solo", b"S3", created[0])]) is None  # stale revision
+    assert await store.read("solo") == (b"S2", updated[0])
+    message = await nc.jetstream().get_last_msg(f"KV_{provisioned.kv_bucket}", "$KV.*.solo")
+    assert not any(name.startswith("Nats-Batch") for name in message.headers or {})
