@@ -34,7 +34,7 @@ import nats
 import orjson
 from nats.aio.client import Client as NATS
 
-from bench.common import CpuMeter, embedded_server, emit, rate
+from bench.common import UNLIMITED_ENV, CpuMeter, embedded_server, emit, rate
 from cli.provision import provision_all
 from cli.supervisor import spawn_service, stop_all, wait_ready
 from client.sdk import ReminderClient
@@ -137,7 +137,7 @@ async def measure(events: int, sessions: int, concurrency: int) -> dict[str, obj
         await provision_all(nc, settings)
         await nc.close()
         services = [
-            spawn_service(name, settings, Path(logs) / f"{name}.log")
+            spawn_service(name, settings, Path(logs) / f"{name}.log", UNLIMITED_ENV)
             for name in ("gateway", "projector", "providers")
         ]
         try:

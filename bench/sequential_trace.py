@@ -34,7 +34,7 @@ from typing import Any
 
 import nats
 
-from bench.common import embedded_server, percentile, provision_server
+from bench.common import UNLIMITED_ENV, embedded_server, percentile, provision_server
 from bench.write_path import (
     gateway_sequential,
     inject_payload,
@@ -130,7 +130,7 @@ def _spawn_gateway(url: str, marks_path: Path, log_path: Path) -> ServiceProcess
         "gateway",
         Settings(nats_url=url),
         log_path,
-        {"REMINDERS_RATE_LIMIT": "1000000"},
+        UNLIMITED_ENV,
         argv=argv,
     )
 
