@@ -100,11 +100,12 @@ class FoldedSession:
         cls, token: str, record: Record, first_seq: int, last_seq: int, events: int
     ) -> FoldedSession:
         """A session folded to `record`, encoded once here."""
+        encoded = encode_record(record)
         if not isinstance(record, SessionState):
-            return cls(token, _encode(record), first_seq, last_seq, events)
+            return cls(token, encoded, first_seq, last_seq, events)
         return cls(
             token,
-            encode_state(record),
+            encoded,
             first_seq,
             last_seq,
             events,
@@ -114,7 +115,8 @@ class FoldedSession:
         )
 
 
-def _encode(record: Record) -> bytes:
+def encode_record(record: Record) -> bytes:
+    """A record's bytes as the bucket would store them (empty for no record)."""
     if isinstance(record, SessionState):
         return encode_state(record)
     if isinstance(record, Tombstone):  # a fold from nothing never makes one

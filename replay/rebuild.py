@@ -35,7 +35,7 @@ from contracts.stored import StoredEvent
 from contracts.subjects import session_token, token_subject_filter
 from core.projection import Record, project_all
 from replay.errors import ReplayError
-from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore
+from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore, encode_record
 from replay.scope import AuditScope
 from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_raw, stored_row
 from services.adapters.bucket_scan import bucket_values
@@ -272,7 +272,7 @@ async def _judge_projection(
         # The projection stops elsewhere than the read did (a projector behind or ahead of
         # it, events skipped after a poison one): fold the session's own events up to it.
         rows = await session_rows(nc, stream, folded.token, current.session_id, current.stream_seq)
-        expected = FoldedSession.of(folded.token, project(None, rows), 0, 0, 0).encoded
+        expected = encode_record(project(None, rows))
     if expected != encode_state(current):
         return f"projection differs from a replay up to {current.stream_seq}"
     return None
