@@ -261,9 +261,10 @@ class KvSessionStore:
         try:
             if len(messages) == 1:
                 # One write is all or nothing by itself. As a plain publish it is acked as
-                # every other write to the bucket is, where nats-server syncs every atomic
-                # commit to disk before its PubAck on R1: a projector at light load, whose
-                # round holds one session, paid that sync per event.
+                # every other write to the bucket is (synced only under sync_interval:
+                # always), where nats-server syncs every atomic commit to disk before its
+                # PubAck on R1: a projector at light load, whose round holds one session,
+                # paid that sync per event.
                 last_seq = await publish_stored(self._nc, *messages[0], timeout_s)
             else:
                 last_seq = await send_atomic_batch(self._nc, messages, new_uuid7(), timeout_s)
