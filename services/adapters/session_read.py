@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,53 +159,96 @@ class _NotStored(_BrokenChain):
     """The server has no message for that get."""
 
 
-class _DirectGetter:
-    """Single-message direct gets, many in flight, answered on one inbox subscription."""
+#: What a walk does with one stored message a get returned: keep it, maybe send the next get.
+_OnReply = Callable[[Msg], Awaitable[None]]
+
+
+class _ChainWalk:
+    """Single-message direct gets, many in flight on one inbox subscription, each reply handled
+    in the subscription's callback, which sends a walk's next get from there. One get per
+    event is what a session spread through a large stream costs (the server has no request
+    that returns it cheaper); a task awaiting each get under a timer of its own cost the
+    reader about as much CPU again as the get.
+
+    Gets go out in rounds (`round`): a round ends when no get sent in it is unanswered, and
+    fails when none has been answered for `timeout_s`.
+    """
 
     def __init__(self, nc: Client, stream: str, timeout_s: float) -> None:
         self._nc = nc
         self._subject = f"$JS.API.DIRECT.GET.{stream}"
         self._timeout_s = timeout_s
-        self._waiting: dict[str, asyncio.Future[Msg]] = {}
         self._prefix = nc.new_inbox()
         self._count = 0
+        self._waiting: dict[str, tuple[_OnReply, bool]] = {}
+        self._round: asyncio.Future[None] | None = None
+        self._answered = 0
         self._subscription: Subscription | None = None
         self.sent = 0
 
-    async def __aenter__(self) -> _DirectGetter:
+    async def __aenter__(self) -> _ChainWalk:
         self._subscription = await self._nc.subscribe(f"{self._prefix}.*", cb=self._answer)
         return self
 
     async def __aexit__(self, *_: object) -> None:
+        self._waiting.clear()
+        if self._round is not None and not self._round.done():
+            self._round.cancel()
         if self._subscription is not None:
             await self._subscription.unsubscribe()
-        for future in self._waiting.values():
-            future.cancel()
 
-    async def _answer(self, message: Msg) -> None:
-        future = self._waiting.pop(message.subject, None)
-        if future is not None and not future.done():
-            future.set_result(message)
-
-    async def get(self, request: dict[str, Any]) -> Msg:
-        """One stored message; a missing one (or any error status) breaks the chain."""
+    async def get(
+        self, request: dict[str, Any], on_reply: _OnReply, missing_ok: bool = False
+    ) -> None:
+        """Send one get; `on_reply` gets the stored message in the subscription's callback.
+        No message (404) breaks the chain, unless `missing_ok`; any other status does."""
         self._count += 1
         reply = f"{self._prefix}.{self._count}"
-        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
-        self._waiting[reply] = future
+        self._waiting[reply] = (on_reply, missing_ok)
         await self._nc.publish(self._subject, orjson.dumps(request), reply=reply)
+
+    async def round(
+        self, requests: Sequence[tuple[dict[str, Any], _OnReply]], missing_ok: bool = False
+    ) -> None:
+        """Send each (request, on_reply) (`get`) and wait until they and every get sent while
+        handling their replies are answered; raises what handling a reply raised, or
+        `nats.errors.TimeoutError`."""
+        done = self._round = asyncio.get_running_loop().create_future()
+        for request, on_reply in requests:
+            await self.get(request, on_reply, missing_ok)
+        if not self._waiting:
+            return
+        while True:
+            answered = self._answered
+            try:
+                # Shielded: a wait that runs out leaves the round running while replies come.
+                await asyncio.wait_for(asyncio.shield(done), self._timeout_s)
+                return
+            except TimeoutError:
+                if self._answered == answered:
+                    raise nats.errors.TimeoutError from None
+
+    async def _answer(self, message: Msg) -> None:
+        waiting = self._waiting.pop(message.subject, None)
+        done = self._round
+        if waiting is None or done is None or done.done():
+            return
+        on_reply, missing_ok = waiting
+        self._answered += 1
         try:
-            message = await asyncio.wait_for(future, self._timeout_s)
-        except TimeoutError:
-            self._waiting.pop(reply, None)
-            raise nats.errors.TimeoutError from None
-        status = (message.headers or {}).get("Status")
-        if status == "404":
-            raise _NotStored(str(request))
-        if status or not message.headers:
-            raise _BrokenChain(str(status))
-        self.sent += 1
-        return message
+            status = (message.headers or {}).get("Status")
+            if status == "404" and not missing_ok:
+                raise _NotStored(message.subject)
+            if status != "404":
+                if status or not message.headers:
+                    raise _BrokenChain(str(status))
+                self.sent += 1
+                await on_reply(message)
+        except Exception as exc:  # not swallowed: the round's waiter raises it
+            done.set_exception(exc)
+            return
+        if not self._waiting:
+            done.set_result(None)
 
 
 async def session_messages(
@@ -239,12 +281,12 @@ async def session_messages(
         count = sum(subjects.values())
         if stream_messages - count > SCAN_SKIP_LIMIT:
             try:
-                async with _DirectGetter(nc, stream, timeout_s) as getter:
+                async with _ChainWalk(nc, stream, timeout_s) as walk:
                     try:
-                        found = await _walk_session(getter, session_id, subjects)
-                        return _in_order(found, count), getter.sent
+                        found = await _walk_session(walk, session_id, subjects)
+                        return _in_order(found, count), walk.sent
                     finally:
-                        sent = getter.sent
+                        sent = walk.sent
             except _BrokenChain:
                 pass
     messages = [
@@ -317,7 +359,7 @@ Walked = tuple[bytes, str, int]
 
 
 async def _walk_session(
-    getter: _DirectGetter, session_id: str, subjects: dict[str, int]
+    walk: _ChainWalk, session_id: str, subjects: dict[str, int]
 ) -> dict[int, Walked]:
     """Each message of the session by seq, with the seq of the one before it, following the
     back-pointers (`_previous_seq`); raises `_BrokenChain` when they do not hold.
@@ -340,26 +382,38 @@ async def _walk_session(
         found[int(headers["Nats-Sequence"])] = (message.data, headers["Nats-Subject"], previous)
         return previous
 
-    async def anchor(subject: str, start: int) -> None:
-        # None of that subject from there on: the walk below it is longer, that is all.
-        with contextlib.suppress(_NotStored):
-            keep(await getter.get({"next_by_subj": subject, "seq": start}))
+    async def kept(message: Msg) -> None:
+        keep(message)
 
-    keep(await getter.get({"last_by_subj": subject_filter}))
+    await walk.round([({"last_by_subj": subject_filter}, kept)])
     high = max(found)
     lanes = min(CHAIN_MAX_LANES, max(1, sum(subjects.values()) // CHAIN_LANE_LENGTH))
     busiest = max(subjects, key=lambda subject: subjects[subject])
-    await asyncio.gather(*(anchor(busiest, 1 + high * n // lanes) for n in range(lanes)))
+    # An anchor that finds none of that subject from there on: the walk below is longer.
+    anchors = [
+        ({"next_by_subj": busiest, "seq": 1 + high * n // lanes}, kept) for n in range(lanes)
+    ]
+    await walk.round(anchors, missing_ok=True)
     order = sorted(found)
 
-    async def walk(floor: int, top: int) -> None:
-        previous = found[top][2]
-        while previous > floor:
-            previous = keep(await getter.get({"seq": previous}))
-        if previous != floor:
-            raise _BrokenChain(f"the walk from {top} skips {floor}")
+    def down_to(floor: int) -> _OnReply:
+        async def step(message: Msg) -> None:
+            previous = keep(message)
+            if previous > floor:
+                await walk.get({"seq": previous}, step)
+            elif previous != floor:
+                raise _BrokenChain(f"the walk skips {floor}")
 
-    await asyncio.gather(*(walk(f, t) for f, t in zip([0, *order[:-1]], order, strict=True)))
+        return step
+
+    walks: list[tuple[dict[str, Any], _OnReply]] = []
+    for floor, top in zip([0, *order[:-1]], order, strict=True):
+        previous = found[top][2]
+        if previous > floor:
+            walks.append(({"seq": previous}, down_to(floor)))
+        elif previous != floor:
+            raise _BrokenChain(f"the walk from {top} skips {floor}")
+    await walk.round(walks)
     return found
 
 
@@ -509,25 +563,26 @@ async def stored_reply_at(
     before `session_seq`, and nats-py's errors when a get goes unanswered."""
     subject_filter = session_subject_filter(session_id)
     token = session_token(session_id)
-    walked = 0
-    async with _DirectGetter(nc, stream, timeout_s) as getter:
+    # (session_seq, event) of each message read, the newest first.
+    read: list[tuple[object, Any]] = []
+
+    async def step(message: Msg) -> None:
+        previous = _link_below(message, subject_filter, token)
+        event = orjson.loads(message.data)
+        at = event.get("session_seq") if isinstance(event, dict) else None
+        read.append((at, event))
+        if isinstance(at, int) and at > session_seq and previous > 0:
+            await walk.get({"seq": previous}, step)
+
+    async with _ChainWalk(nc, stream, timeout_s) as walk:
         try:
-            message = await getter.get({"last_by_subj": subject_filter})
-            while True:
-                previous = _link_below(message, subject_filter, token)
-                event = orjson.loads(message.data)
-                at = event.get("session_seq") if isinstance(event, dict) else None
-                if not isinstance(at, int):
-                    return None  # not an event: no session_seq to find
-                if at <= session_seq:
-                    break
-                if previous <= 0:
-                    return None
-                message = await getter.get({"seq": previous})
-                walked += 1
+            await walk.round([({"last_by_subj": subject_filter}, step)])
         except _BrokenChain:
             return None
-    if at < session_seq and walked == 0:
+    at, event = read[-1]
+    if not isinstance(at, int) or at > session_seq:
+        return None  # not an event, or the session has no event at `session_seq`
+    if at < session_seq and len(read) == 1:
         raise NotYetStored(f"the session's last event is {at}, before {session_seq}")
     reply = event.get("reply") if at == session_seq else None
     return reply if isinstance(reply, dict) else None
