@@ -331,10 +331,10 @@ async def visible_latencies(url: str, sessions: int, count: int) -> tuple[list[f
 
 
 def inject_visible(sessions: int, count: int) -> dict[str, Any]:
-    """Inject → visible in `state` through the gateway with the projector running."""
+    """Inject → visible in `state` through the gateway with every service running."""
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
-        with running_services(server.url, ["gateway", "projector"]):
+        with running_services(server.url, SERVICES):
             asyncio.run(warm_up(server.url))
             measured, stale, failed = asyncio.run(visible_latencies(server.url, sessions, count))
     return {
