@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from services.adapters.credentials import nats_kwargs
 from services.adapters.failover import LeaveStaleServer
+from services.adapters.nats_client import LedgerClient
 from services.adapters.settings import Settings
 
 log = logging.getLogger("reminders.nats")
@@ -115,7 +116,7 @@ async def connect_url(
         elif describe_failure(exc, startup_timeout_s)[1]:
             hopeless.set()
 
-    nc = Client()
+    nc = LedgerClient()
     moves = _Moves(nc)
     # `options` may set each attempt's own `connect_timeout`: the first connection as a
     # whole is bounded by `startup_timeout_s` all the same.
