@@ -237,11 +237,12 @@ class _ChainWalk:
         self._answered += 1
         try:
             status = (message.headers or {}).get("Status")
-            if status == "404" and not missing_ok:
-                raise _NotStored(message.subject)
-            if status != "404":
-                if status or not message.headers:
-                    raise _BrokenChain(str(status))
+            if status == "404":
+                if not missing_ok:
+                    raise _NotStored(message.subject)
+            elif status or not message.headers:
+                raise _BrokenChain(str(status))
+            else:
                 self.sent += 1
                 await on_reply(message)
         except Exception as exc:  # not swallowed: the round's waiter raises it
@@ -563,14 +564,17 @@ async def stored_reply_at(
     before `session_seq`, and nats-py's errors when a get goes unanswered."""
     subject_filter = session_subject_filter(session_id)
     token = session_token(session_id)
-    # (session_seq, event) of each message read, the newest first.
-    read: list[tuple[object, Any]] = []
+    # The (session_seq, event) of the last message read, and how many were read: the walk
+    # holds one event at a time, however far back it goes.
+    last: tuple[object, Any] = (None, None)
+    read = 0
 
     async def step(message: Msg) -> None:
+        nonlocal last, read
         previous = _link_below(message, subject_filter, token)
         event = orjson.loads(message.data)
         at = event.get("session_seq") if isinstance(event, dict) else None
-        read.append((at, event))
+        last, read = (at, event), read + 1
         if isinstance(at, int) and at > session_seq and previous > 0:
             await walk.get({"seq": previous}, step)
 
@@ -579,10 +583,10 @@ async def stored_reply_at(
             await walk.round([({"last_by_subj": subject_filter}, step)])
         except _BrokenChain:
             return None
-    at, event = read[-1]
+    at, event = last
     if not isinstance(at, int) or at > session_seq:
         return None  # not an event, or the session has no event at `session_seq`
-    if at < session_seq and len(read) == 1:
+    if at < session_seq and read == 1:
         raise NotYetStored(f"the session's last event is {at}, before {session_seq}")
     reply = event.get("reply") if at == session_seq else None
     return reply if isinstance(reply, dict) else None
