@@ -6,7 +6,8 @@ for its timeout — however long the whole round takes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -80,9 +81,15 @@ class Server:
             self._delivery.cancel()
 
 
-def client(server: Server) -> Any:
-    """The fake in the place of a nats-py client."""
-    return server
+@contextlib.asynccontextmanager
+async def walking(server: Server, timeout_s: float = 1.0) -> AsyncIterator[_ChainWalk]:
+    """A walk over `server` (in the place of a nats-py client), the server stopped after."""
+    nc: Any = server
+    try:
+        async with _ChainWalk(nc, "S", timeout_s) as walk:
+            yield walk
+    finally:
+        server.close()
 
 
 def walker(walk: _ChainWalk, kept: list[int]) -> Callable[[Any], Awaitable[None]]:
@@ -100,13 +107,10 @@ def walker(walk: _ChainWalk, kept: list[int]) -> Callable[[Any], Awaitable[None]
 async def test_a_round_ends_when_every_get_it_led_to_is_answered() -> None:
     server = Server(40)
     kept: list[int] = []
-    try:
-        async with _ChainWalk(client(server), "S", 1.0) as walk:
-            step = walker(walk, kept)
-            await walk.round([({"seq": 40}, step), ({"seq": 41}, step)], missing_ok=True)
-            assert walk.sent == 40
-    finally:
-        server.close()
+    async with walking(server) as walk:
+        step = walker(walk, kept)
+        await walk.round([({"seq": 40}, step), ({"seq": 41}, step)], missing_ok=True)
+        assert walk.sent == 40
     assert kept == list(range(40, 0, -1))
     assert server.subscription.unsubscribed
 
@@ -114,12 +118,9 @@ async def test_a_round_ends_when_every_get_it_led_to_is_answered() -> None:
 async def test_a_missing_message_breaks_the_chain_unless_allowed() -> None:
     server = Server(3)
     kept: list[int] = []
-    try:
-        async with _ChainWalk(client(server), "S", 1.0) as walk:
-            with pytest.raises(_NotStored):
-                await walk.round([({"seq": 9}, walker(walk, kept))])
-    finally:
-        server.close()
+    async with walking(server) as walk:
+        with pytest.raises(_NotStored):
+            await walk.round([({"seq": 9}, walker(walk, kept))])
     assert kept == []
 
 
@@ -129,12 +130,9 @@ async def test_what_handling_a_reply_raises_the_round_raises() -> None:
     async def refuse(message: Any) -> None:
         raise _BrokenChain("points up")
 
-    try:
-        async with _ChainWalk(client(server), "S", 1.0) as walk:
-            with pytest.raises(_BrokenChain, match="points up"):
-                await walk.round([({"seq": 5}, refuse)])
-    finally:
-        server.close()
+    async with walking(server) as walk:
+        with pytest.raises(_BrokenChain, match="points up"):
+            await walk.round([({"seq": 5}, refuse)])
 
 
 async def test_a_slow_round_goes_on_while_replies_come() -> None:
@@ -142,21 +140,15 @@ async def test_a_slow_round_goes_on_while_replies_come() -> None:
     # takes four timeouts, and still completes.
     server = Server(12, delay_s=0.02)
     kept: list[int] = []
-    try:
-        async with _ChainWalk(client(server), "S", 0.06) as walk:
-            await walk.round([({"seq": 12}, walker(walk, kept))])
-    finally:
-        server.close()
+    async with walking(server, 0.06) as walk:
+        await walk.round([({"seq": 12}, walker(walk, kept))])
     assert kept == list(range(12, 0, -1))
 
 
 async def test_a_get_never_answered_times_the_round_out() -> None:
     server = Server(30, silent=frozenset({7}))
     kept: list[int] = []
-    try:
-        async with _ChainWalk(client(server), "S", 0.1) as walk:
-            with pytest.raises(NatsTimeoutError):
-                await walk.round([({"seq": 30}, walker(walk, kept))])
-    finally:
-        server.close()
+    async with walking(server, 0.1) as walk:
+        with pytest.raises(NatsTimeoutError):
+            await walk.round([({"seq": 30}, walker(walk, kept))])
     assert kept == list(range(30, 7, -1))
