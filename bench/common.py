@@ -143,28 +143,58 @@ def running_services(
             stop_all(services)
 
 
-#: Runs one `reminders` command in a fresh process and reports its own CPU time and peak RSS
-#: (VmHWM: a child's ru_maxrss would count its parent's RSS at the fork).
+#: Runs one `reminders` command in a fresh process and reports the CPU time of it and of the
+#: processes it started (the fold's workers), and the peak of their resident memory together:
+#: the largest of its own VmHWM (a child's ru_maxrss would count its parent's RSS at the
+#: fork) and of the sum of VmRSS over it and its descendants, sampled every 50 ms.
 _MEASURED_COMMAND = """
-import resource, sys
+import os, resource, sys, threading, time
 from cli.main import app
+
+def tree_rss_kib():
+    total, frontier = 0, [os.getpid()]
+    while frontier:
+        pid = frontier.pop()
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                total += int(next(l for l in status if l.startswith("VmRSS:")).split()[1])
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    frontier += [int(child) for child in children.read().split()]
+        except (OSError, StopIteration, ValueError):
+            pass  # gone meanwhile
+    return total
+
+peak_tree = 0
+done = threading.Event()
+
+def sample():
+    global peak_tree
+    while not done.wait(0.05):
+        peak_tree = max(peak_tree, tree_rss_kib())
+
+threading.Thread(target=sample, daemon=True).start()
 try:
     app(sys.argv[1:])
 except SystemExit as exit_:
     code = exit_.code
 else:
     code = 0
-usage = resource.getrusage(resource.RUSAGE_SELF)
+done.set()
+own = resource.getrusage(resource.RUSAGE_SELF)
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 with open("/proc/self/status") as status:
-    peak = next(line for line in status if line.startswith("VmHWM:")).split()[1]
-print("MEASURED", usage.ru_utime + usage.ru_stime, int(peak) / 1024, file=sys.stderr)
+    peak = int(next(line for line in status if line.startswith("VmHWM:")).split()[1])
+print("MEASURED", cpu, max(peak, peak_tree) / 1024, file=sys.stderr)
 sys.exit(code)
 """
 
 
 def measured_command(args: Sequence[str], timeout_s: float) -> tuple[float, float]:
-    """`reminders ARGS` in a fresh process: (its CPU seconds, its peak RSS in MiB). Raises
-    `RuntimeError` with the end of its stderr when it fails."""
+    """`reminders ARGS` in a fresh process: (CPU seconds of it and its children, peak RSS in MiB
+    of it with its descendants). Raises `RuntimeError` with the end of its stderr when it
+    fails."""
     done = subprocess.run(
         [sys.executable, "-c", _MEASURED_COMMAND, *args],
         capture_output=True,

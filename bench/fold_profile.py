@@ -38,7 +38,7 @@ from contracts.stored import read_stored
 from contracts.subjects import event_subject, last_token
 from core import projection
 from core.canonical import canonical_bytes
-from services.adapters.records import decode_record, encode_state
+from services.adapters.record_codec import decode_record, encode_state
 from services.projector import app
 from services.projector.apply import Projector
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from contracts.decode import DecodeError, envelope_of
 
 
@@ -25,6 +27,19 @@ class StoredEvent:
     def from_bytes(cls, data: bytes, stream_seq: int, subject: str) -> StoredEvent:
         """Parse a stored message body; raises `Undecodable` or `InvalidEvent`."""
         return cls(envelope_of(data), stream_seq, subject)
+
+    @classmethod
+    def leniently(cls, data: bytes, stream_seq: int, subject: str) -> StoredEvent:
+        """A stored message body as a row whatever it holds: one that is not a JSON object
+        gets an envelope with no schema, so a replay names it (and the projector's rules
+        judge it poison)."""
+        try:
+            envelope = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            envelope = {"schema": None}
+        if not isinstance(envelope, dict):
+            envelope = {"schema": None}
+        return cls(envelope, stream_seq, subject)
 
     def export(self) -> dict[str, Any]:
         """The export form: the envelope plus `stream_seq` and `subject`."""

@@ -16,29 +16,42 @@ nearly every event. The files, not the process, grow with the stream: memory hol
 cache, the files' write buffers and one read buffer, and SQLite's page cache, whatever the
 stream's size. Nothing is written to the projection bucket here; the caller writes or
 compares the finished records afterwards (`FoldStore.sessions`).
+
+The files are independent of each other, so a big stream's are folded by `workers` processes
+at once, each with its own cache and its own SQLite file, merged into the store's as each
+file is done: the fold is the costliest part of a rebuild and one process uses one core.
+Memory is then bounded per process: each worker holds an interpreter with the contracts (and
+no NATS client: this module loads none) and its cache, beside the reading process. Workers
+are started with `spawn`, so a program that calls this with enough messages to start them
+must guard its main module (`if __name__ == "__main__":`), as `multiprocessing` requires;
+the `reminders` command does.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import sqlite3
 import struct
 import tempfile
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from contracts.records import Tombstone
 from contracts.state import SessionState
 from contracts.stored import StoredEvent
 from contracts.subjects import last_token
 from core.projection import Record, SessionFold
-from replay.source import stored_row
-from services.adapters.records import decode_record, encode_state
-from services.adapters.session_read import RawStored
+from services.adapters.record_codec import decode_record, encode_state
+
+if TYPE_CHECKING:  # the fold's workers load no NATS client
+    from services.adapters.session_read import RawStored
 
 #: Sessions folded in memory at once by default. A folded session of ordinary traffic takes
 #: about ten KiB as Python objects (its state's size is capped by the contract), so the
@@ -56,6 +69,30 @@ _WRITE_BUFFER = 32 * 1024
 _MESSAGE = struct.Struct("<QII")
 #: `progress(done, total)` of the second pass, in messages folded.
 FoldProgress = Callable[[int, int], None]
+#: Messages kept below which the files are folded in this process: starting a worker
+#: process costs about as much as folding this many messages.
+WORKERS_FROM_MESSAGES = 50_000
+#: The table of folded sessions, in the store's SQLite file and in each worker's.
+_FOLDED_TABLE = (
+    "CREATE TABLE folded (token TEXT PRIMARY KEY, record BLOB NOT NULL,"
+    " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, events INTEGER NOT NULL,"
+    " session_id TEXT, state_seq INTEGER, degraded INTEGER NOT NULL)"
+)
+
+
+#: Most processes folding at once by default: each holds an interpreter with the contracts
+#: loaded and a cache of its own, so memory grows with them.
+MAX_DEFAULT_WORKERS = 4
+
+
+def default_workers() -> int:
+    """Processes folding at once by default: one per core this process may run on, at most
+    `MAX_DEFAULT_WORKERS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
 
 
 @dataclass(slots=True)
@@ -124,76 +161,35 @@ def encode_record(record: Record) -> bytes:
     return b""
 
 
-class FoldStore:
-    """Every session of a stream read in order, folded from nothing, in bounded memory."""
+def _open_scratch_db(path: Path) -> sqlite3.Connection:
+    """A SQLite file of folded sessions, deleted at the end: no journal, no fsync."""
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=OFF")
+    db.execute("PRAGMA synchronous=OFF")
+    db.execute(_FOLDED_TABLE)
+    return db
 
-    def __init__(
-        self, cache_sessions: int = DEFAULT_CACHE_SESSIONS, partitions: int = DEFAULT_PARTITIONS
-    ) -> None:
-        self._capacity = max(1, cache_sessions)
+
+class _SessionFolder:
+    """Folds partition files into the `folded` table of `db`, at most `capacity` sessions
+    in memory at once (the rest spilled to the table and read back when needed)."""
+
+    def __init__(self, db: sqlite3.Connection, capacity: int) -> None:
+        self._db = db
+        self._capacity = max(1, capacity)
         self._cache: OrderedDict[str, _Folding] = OrderedDict()
-        self._directory = tempfile.TemporaryDirectory(prefix="reminders-fold-")
-        self._partition_count = max(1, partitions)
-        self._partitions: dict[int, BinaryIO] = {}
-        self._kept = 0
-        self._db = sqlite3.connect(Path(self._directory.name) / "fold.sqlite3")
-        # A scratch file deleted at the end: no journal, no fsync.
-        self._db.execute("PRAGMA journal_mode=OFF")
-        self._db.execute("PRAGMA synchronous=OFF")
-        self._db.execute(
-            "CREATE TABLE folded (token TEXT PRIMARY KEY, record BLOB NOT NULL,"
-            " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, events INTEGER NOT NULL,"
-            " session_id TEXT, state_seq INTEGER, degraded INTEGER NOT NULL)"
-        )
         self.spilled = 0
         self.reloaded = 0
 
-    def __enter__(self) -> FoldStore:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Drop the partition and spill files."""
-        for file in self._partitions.values():
-            file.close()
-        self._partitions.clear()
-        self._db.close()
-        self._directory.cleanup()
-
-    def _partition_path(self, index: int) -> Path:
-        return Path(self._directory.name) / f"partition-{index}"
-
-    def add(self, raw: RawStored) -> None:
-        """Keep the next stored message of the stream, to be folded into its session by
-        `finish`."""
-        subject = raw.subject.encode("utf-8")
-        index = zlib.crc32(last_token(raw.subject).encode("utf-8")) % self._partition_count
-        file = self._partitions.get(index)
-        if file is None:
-            file = open(self._partition_path(index), "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115
-            self._partitions[index] = file
-        file.write(_MESSAGE.pack(raw.stream_seq, len(subject), len(raw.data)))
-        file.write(subject)
-        file.write(raw.data)
-        self._kept += 1
-
-    def _fold_partition(self, index: int) -> int:
+    def fold_file(self, path: Path) -> int:
         """Fold every message of one partition file, then spill its sessions, all of which
         are whole now, and drop the file; returns how many messages it held."""
-        path = self._partition_path(index)
         folded = 0
         with open(path, "rb") as file:
             while header := file.read(_MESSAGE.size):
                 stream_seq, subject_size, body_size = _MESSAGE.unpack(header)
                 subject = file.read(subject_size).decode("utf-8")
-                self._fold(stored_row(RawStored(file.read(body_size), stream_seq, subject, 0)))
+                self._fold(StoredEvent.leniently(file.read(body_size), stream_seq, subject))
                 folded += 1
         path.unlink()
         self._spill(len(self._cache))
@@ -249,20 +245,149 @@ class FoldStore:
             )
         self.spilled += len(rows)
 
+
+def _fold_in_worker(partition: str, db_path: str, capacity: int) -> tuple[int, int, int]:
+    """A worker process's part: one partition file folded into a SQLite file of its own;
+    returns (messages folded, sessions spilled, sessions read back)."""
+    db = _open_scratch_db(Path(db_path))
+    try:
+        folder = _SessionFolder(db, capacity)
+        messages = folder.fold_file(Path(partition))
+        return messages, folder.spilled, folder.reloaded
+    finally:
+        db.close()
+
+
+class FoldStore:
+    """Every session of a stream read in order, folded from nothing, in bounded memory."""
+
+    def __init__(
+        self,
+        cache_sessions: int = DEFAULT_CACHE_SESSIONS,
+        partitions: int = DEFAULT_PARTITIONS,
+        workers: int = 1,
+        workers_from: int | None = None,
+    ) -> None:
+        self._capacity = max(1, cache_sessions)
+        self._directory = tempfile.TemporaryDirectory(prefix="reminders-fold-")
+        self._partition_count = max(1, partitions)
+        self._partitions: dict[int, BinaryIO] = {}
+        self._kept = 0
+        self._workers = max(1, workers)
+        # Looked up here, not bound as a default, so a test can lower it for a whole command.
+        self._workers_from = WORKERS_FROM_MESSAGES if workers_from is None else workers_from
+        self._db = _open_scratch_db(Path(self._directory.name) / "fold.sqlite3")
+        self._folder = _SessionFolder(self._db, self._capacity)
+        self._spilled_by_workers = 0
+        self._reloaded_by_workers = 0
+
+    @property
+    def spilled(self) -> int:
+        """Sessions frozen and spilled to SQLite while folding, by every process."""
+        return self._folder.spilled + self._spilled_by_workers
+
+    @property
+    def reloaded(self) -> int:
+        """Spilled sessions read back because more of their events came, by every process."""
+        return self._folder.reloaded + self._reloaded_by_workers
+
+    def __enter__(self) -> FoldStore:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the partition and spill files."""
+        for file in self._partitions.values():
+            file.close()
+        self._partitions.clear()
+        self._db.close()
+        self._directory.cleanup()
+
+    def _partition_path(self, index: int) -> Path:
+        return Path(self._directory.name) / f"partition-{index}"
+
+    def add(self, raw: RawStored) -> None:
+        """Keep the next stored message of the stream, to be folded into its session by
+        `finish`."""
+        subject = raw.subject.encode("utf-8")
+        index = zlib.crc32(last_token(raw.subject).encode("utf-8")) % self._partition_count
+        file = self._partitions.get(index)
+        if file is None:
+            file = open(self._partition_path(index), "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115
+            self._partitions[index] = file
+        file.write(_MESSAGE.pack(raw.stream_seq, len(subject), len(raw.data)))
+        file.write(subject)
+        file.write(raw.data)
+        self._kept += 1
+
     def finish(self, progress: FoldProgress | None = None) -> int:
-        """Fold every message kept, partition by partition; returns how many sessions were
-        folded."""
+        """Fold every message kept, partition by partition (in worker processes when there
+        are several and enough messages); returns how many sessions were folded."""
         for file in self._partitions.values():
             file.close()
         indexes = sorted(self._partitions)
         self._partitions.clear()
-        done = 0
-        for index in indexes:
-            done += self._fold_partition(index)
-            if progress is not None:
-                progress(done, self._kept)
+        if self._workers > 1 and len(indexes) > 1 and self._kept >= self._workers_from:
+            self._fold_in_workers(indexes, progress)
+        else:
+            done = 0
+            for index in indexes:
+                done += self._folder.fold_file(self._partition_path(index))
+                if progress is not None:
+                    progress(done, self._kept)
         (count,) = self._db.execute("SELECT count(*) FROM folded").fetchone()
         return int(count)
+
+    def _fold_in_workers(self, indexes: list[int], progress: FoldProgress | None) -> None:
+        """Each partition file folded by one of `workers` processes into a SQLite file of
+        its own, merged into the store's as it is done. Workers are started fresh (spawn):
+        this process runs an event loop and holds a connection a fork would copy."""
+        context = multiprocessing.get_context("spawn")
+        workers = min(self._workers, len(indexes))
+        done = 0
+        pool = ProcessPoolExecutor(workers, mp_context=context)
+        try:
+            pending = {
+                pool.submit(
+                    _fold_in_worker,
+                    str(self._partition_path(index)),
+                    str(self._worker_db_path(index)),
+                    self._capacity,
+                ): index
+                for index in indexes
+            }
+            for future in as_completed(pending):
+                messages, spilled, reloaded = future.result()
+                self._merge(self._worker_db_path(pending[future]))
+                self._spilled_by_workers += spilled
+                self._reloaded_by_workers += reloaded
+                done += messages
+                if progress is not None:
+                    progress(done, self._kept)
+        finally:
+            # After a worker's error or an interrupt, the files not started are not folded.
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _worker_db_path(self, index: int) -> Path:
+        return Path(self._directory.name) / f"folded-{index}.sqlite3"
+
+    def _merge(self, path: Path) -> None:
+        """A worker's folded sessions copied into the store's table, and its file dropped.
+        A session's events all went to one partition file, so no token comes twice."""
+        self._db.execute("ATTACH DATABASE ? AS part", (str(path),))
+        try:
+            with self._db:
+                self._db.execute("INSERT INTO folded SELECT * FROM part.folded")
+        finally:
+            self._db.execute("DETACH DATABASE part")
+        path.unlink()
 
     def sessions(self, chunk: int = 256) -> Iterator[list[FoldedSession]]:
         """Every folded session (after `finish`), in token order, `chunk` at a time."""

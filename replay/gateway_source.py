@@ -27,7 +27,7 @@ from contracts.tenants import scoped_session_id, tenant_command_subject
 from replay.errors import ReplayError
 from replay.rebuild import Mismatch, project
 from replay.source import check_schema
-from services.adapters.records import decode_record, encode_state
+from services.adapters.record_codec import decode_record, encode_state
 
 #: How long one page may take to come back.
 PAGE_TIMEOUT_S = 10.0

@@ -35,18 +35,19 @@ from contracts.stored import StoredEvent
 from contracts.subjects import session_token, token_subject_filter
 from core.projection import Record, project_all
 from replay.errors import ReplayError
-from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore, encode_record
+from replay.fold_store import (
+    DEFAULT_CACHE_SESSIONS,
+    FoldedSession,
+    FoldStore,
+    default_workers,
+    encode_record,
+)
 from replay.scope import AuditScope
 from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_raw, stored_row
 from services.adapters.bucket_scan import bucket_values
 from services.adapters.jetstream import JetStreamApiError
-from services.adapters.records import (
-    KvSessionStore,
-    StaleRevision,
-    decode_record,
-    encode_state,
-    record_position,
-)
+from services.adapters.record_codec import decode_record, encode_state, record_position
+from services.adapters.records import KvSessionStore, StaleRevision
 from services.adapters.session_read import iterate_direct, session_messages
 
 FLEET = AuditScope()
@@ -167,8 +168,10 @@ async def rebuild(
     bucket: str,
     progress: StageProgress | None = None,
     cache_sessions: int = DEFAULT_CACHE_SESSIONS,
+    workers: int | None = None,
 ) -> RebuildReport:
-    """Project every session from the log into the bucket."""
+    """Project every session from the log into the bucket, the fold done by `workers`
+    processes (None: one per core)."""
     kv = KvSessionStore(await nc.jetstream().key_value(bucket), nc, bucket)
     report = RebuildReport()
 
@@ -240,7 +243,7 @@ async def rebuild(
                 written(folded.token, folded.degraded)
         await asyncio.gather(*(write(folded) for folded in alone))
 
-    with FoldStore(cache_sessions) as store:
+    with FoldStore(cache_sessions, workers=workers or default_workers()) as store:
         total = await fold_stream(nc, stream, store, progress)
         await _each(store, total, "writing", write_chunk, progress)
     report.degraded.sort()
@@ -286,9 +289,11 @@ async def verify_projection(
     progress: StageProgress | None = None,
     cache_sessions: int = DEFAULT_CACHE_SESSIONS,
     scope: AuditScope = FLEET,
+    workers: int | None = None,
 ) -> tuple[int, list[Mismatch]]:
     """Compare each projected state with a replay of its events up to the state's stream_seq
-    (of the sessions within `scope`: one tenant's, or all); returns how many were checked."""
+    (of the sessions within `scope`: one tenant's, or all), the fold done by `workers`
+    processes (None: one per core); returns how many were checked."""
     kv = KvSessionStore(await nc.jetstream().key_value(bucket), nc, bucket)
     mismatches: list[Mismatch] = []
     checked = 0
@@ -323,7 +328,7 @@ async def verify_projection(
         found = await read_projections(kv, [folded.token for folded in chunk])
         await asyncio.gather(*(check(folded, found[folded.token][0]) for folded in chunk))
 
-    with FoldStore(cache_sessions) as store:
+    with FoldStore(cache_sessions, workers=workers or default_workers()) as store:
         total = await fold_stream(nc, stream, store, progress)
         await _each(store, total, "checking", check_chunk, progress)
         # A projection whose session the read found no event of.

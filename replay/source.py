@@ -176,15 +176,8 @@ def _row(raw: RawStored, stats: ReadStats) -> StoredEvent:
 
 
 def stored_row(raw: RawStored) -> StoredEvent:
-    """A stored message as a row; a body that is not a JSON object gets no schema, so the
-    replay names it (and the projector's rules judge it poison)."""
-    try:
-        envelope = orjson.loads(raw.data)
-    except orjson.JSONDecodeError:
-        envelope = {"schema": None}
-    if not isinstance(envelope, dict):
-        envelope = {"schema": None}
-    return StoredEvent(envelope, raw.stream_seq, raw.subject)
+    """A stored message as a row (`StoredEvent.leniently`)."""
+    return StoredEvent.leniently(raw.data, raw.stream_seq, raw.subject)
 
 
 async def rows_from_nats(

@@ -1,35 +1,20 @@
-"""The projection bucket: values (a state, or a tombstone, SPEC §4.11) to and from bytes,
-and compare-and-set writes on the revision.
+"""The projection bucket: compare-and-set writes on the revision, and reads of its values
+(their bytes: `services.adapters.record_codec`).
 
 The `Tombstone` model itself is a contract (`contracts.records`).
-
-`encode_state` is on the projector's hot path (one call per touched session per batch), and
-`model_dump` of a whole state cost several times what the projector spends on an event. The
-state's models serialise as their plain fields (no serialisers, exclusions or computed
-fields — `_plain_fields` checks each class once), so orjson writes the state directly from
-each model's fields with sorted keys, in one pass. Anything else — a model that is not plain,
-a value orjson would write differently from `canonical_json` (see `canonical_bytes`) — takes
-the reference path, `canonical_json(state.model_dump(mode="json"))`; a unit test holds the
-two byte-identical.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from functools import cache
-from typing import Any
+from collections.abc import Sequence
 
 import nats
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
-from pydantic import BaseModel, PlainSerializer, WrapSerializer
 
-from contracts.records import Tombstone
-from contracts.state import SessionState
-from core.canonical import canonical_json, may_hold_float
 from services.adapters.ids import new_uuid7
 from services.adapters.jetstream import (
     H_EXPECTED_SEQ,
@@ -45,91 +30,6 @@ READ_TIMEOUT_S = 5.0
 MANY_LIMIT = 1000
 #: The server's err_code for a wrong expected last sequence (a stale revision).
 ERR_WRONG_LAST_SEQUENCE = 10071
-
-
-@cache
-def _exclusions(model: type[BaseModel]) -> tuple[tuple[str, Callable[[Any], bool]], ...] | None:
-    """The `exclude_if` rules of a model whose JSON dump is otherwise just its fields;
-    None when its dump is anything else (serialisers, computed or excluded fields)."""
-    decorators = model.__pydantic_decorators__
-    if decorators.field_serializers or decorators.model_serializers:
-        return None
-    if model.model_computed_fields:
-        return None
-    rules: list[tuple[str, Callable[[Any], bool]]] = []
-    for name, info in model.model_fields.items():
-        if info.exclude or any(
-            isinstance(m, PlainSerializer | WrapSerializer) for m in info.metadata
-        ):
-            return None
-        if info.exclude_if is not None:
-            rules.append((name, info.exclude_if))
-    return tuple(rules)
-
-
-def _plain_fields(value: object) -> dict[str, Any]:
-    """orjson's `default`: a plain model's fields as `model_dump` keeps them; anything else
-    is refused (TypeError)."""
-    rules = _exclusions(type(value)) if isinstance(value, BaseModel) else None
-    if rules is None:
-        raise TypeError(type(value).__name__)
-    fields: dict[str, Any] = value.__dict__
-    if rules:
-        fields = {**fields}
-        for name, excluded in rules:
-            if excluded(fields[name]):
-                del fields[name]
-    return fields
-
-
-_STATE_OPTIONS = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-
-
-def encode_state_reference(state: SessionState) -> bytes:
-    """The definition: canonical JSON of the state's JSON dump."""
-    return canonical_json(state.model_dump(mode="json")).encode("utf-8")
-
-
-def encode_state(state: SessionState) -> bytes:
-    """Canonical JSON of a state, what the bucket stores and replay prints (the bytes of
-    `encode_state_reference`, written faster; see the module docstring)."""
-    try:
-        data = orjson.dumps(state, default=_plain_fields, option=_STATE_OPTIONS)
-    except TypeError:
-        return encode_state_reference(state)
-    if may_hold_float(data):
-        return encode_state_reference(state)
-    return data
-
-
-def decode_record(value: bytes | None) -> SessionState | Tombstone | None:
-    """A bucket value back into a state or tombstone (None for an empty value)."""
-    if not value:
-        return None
-    raw: dict[str, Any] = orjson.loads(value)
-    if raw.get("tombstone") is True:
-        return Tombstone.model_validate(raw)
-    return SessionState.model_validate(raw)
-
-
-def record_position(value: bytes | None) -> Tombstone | int | None:
-    """What a bucket value says of where its session is, without validating a whole state:
-    the tombstone (decoded), or the state's `stream_seq`, or None for an empty value. A
-    value whose `stream_seq` is not an integer is decoded in full (and refused there)."""
-    if not value:
-        return None
-    raw = orjson.loads(value)
-    if isinstance(raw, dict) and raw.get("tombstone") is not True:
-        seq = raw.get("stream_seq", 0)
-        if type(seq) is int:
-            return seq
-    record = decode_record(value)
-    return record.stream_seq if isinstance(record, SessionState) else record
 
 
 async def read_last_value(

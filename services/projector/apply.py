@@ -55,7 +55,8 @@ from core.projection import Record, Verdict, project_all
 from services.adapters import stages
 from services.adapters.jetstream import JetStreamApiError
 from services.adapters.lru import SizedLru
-from services.adapters.records import MANY_LIMIT, StaleRevision, decode_record, encode_state
+from services.adapters.record_codec import decode_record, encode_state
+from services.adapters.records import MANY_LIMIT, StaleRevision
 from services.projector.ports import DeadLetters, Delivery, LoggedEvent, SessionLog, SessionStore
 
 __all__ = ["Delivery", "LoggedEvent", "Projector", "StaleRevision", "Verdict", "token_of"]

@@ -13,7 +13,7 @@ from contracts.records import Tombstone
 from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import session_token
-from services.adapters.records import decode_record
+from services.adapters.record_codec import decode_record
 from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 

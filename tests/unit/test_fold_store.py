@@ -6,6 +6,7 @@ fit the cache or are spilled and read back."""
 from __future__ import annotations
 
 from pathlib import Path
+from unittest.mock import patch
 
 import orjson
 import pytest
@@ -15,7 +16,7 @@ from contracts.stored import StoredEvent
 from contracts.subjects import last_token
 from core.projection import project_all
 from replay.fold_store import FoldStore
-from services.adapters.records import encode_state
+from services.adapters.record_codec import encode_state
 from services.adapters.session_read import RawStored
 from tests.support import session_log, stored
 
@@ -45,14 +46,22 @@ def whole_log_records(rows: list[StoredEvent]) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize(
-    ("partitions", "cache_sessions", "spills"),
-    [(256, 4096, False), (1, 4096, False), (3, 2, True), (1, 1, True)],
+    ("partitions", "cache_sessions", "spills", "workers"),
+    [
+        (256, 4096, False, 1),
+        (1, 4096, False, 1),
+        (3, 2, True, 1),
+        (1, 1, True, 1),
+        # Folded by worker processes, each file's sessions merged into the store's.
+        (4, 4096, False, 2),
+        (3, 2, True, 2),
+    ],
 )
 def test_each_session_folds_to_its_whole_log_record(
-    partitions: int, cache_sessions: int, spills: bool
+    partitions: int, cache_sessions: int, spills: bool, workers: int
 ) -> None:
     rows = interleaved_log()
-    with FoldStore(cache_sessions, partitions) as store:
+    with FoldStore(cache_sessions, partitions, workers=workers, workers_from=0) as store:
         for row in rows:
             store.add(RawStored(orjson.dumps(row.envelope), row.stream_seq, row.subject, 0))
         assert store.finish() == SESSIONS
@@ -95,3 +104,29 @@ def test_the_partition_files_are_gone_once_folded_and_all_files_after_close() ->
     assert list(Path(directory).glob("partition-*")) == []
     store.close()
     assert not Path(directory).exists()
+
+
+def test_workers_fold_only_a_stream_big_enough_to_pay_for_starting_them() -> None:
+    rows = interleaved_log()
+    store = FoldStore(4096, 4, workers=2, workers_from=len(rows) + 1)
+    for row in rows:
+        store.add(RawStored(orjson.dumps(row.envelope), row.stream_seq, row.subject, 0))
+    with patch("replay.fold_store.ProcessPoolExecutor") as pool:
+        assert store.finish() == SESSIONS
+    pool.assert_not_called()
+    store.close()
+
+
+def test_a_workers_error_ends_the_fold_with_it() -> None:
+    rows = interleaved_log()
+    store = FoldStore(4096, 4, workers=2, workers_from=0)
+    for row in rows:
+        store.add(RawStored(orjson.dumps(row.envelope), row.stream_seq, row.subject, 0))
+    for file in store._partitions.values():
+        file.close()
+    # A partition file gone before its worker opens it: the worker's error is the fold's.
+    store._partition_path(sorted(store._partitions)[0]).unlink()
+    with pytest.raises(FileNotFoundError):
+        store.finish()
+    store.close()
+    assert not Path(store._directory.name).exists()

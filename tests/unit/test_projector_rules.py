@@ -16,7 +16,7 @@ from contracts.records import Tombstone
 from contracts.state import SessionState
 from core import canonical_json, fold_all
 from core.canonical import event_subject
-from services.adapters.records import decode_record, encode_state
+from services.adapters.record_codec import decode_record, encode_state
 from services.projector.apply import (
     BatchReport,
     Delivery,

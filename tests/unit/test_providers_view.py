@@ -15,7 +15,7 @@ from contracts.state import SessionState
 from contracts.subjects import EVALUATE_OP, session_token
 from core.providers import default_config, evaluation_request_id
 from services.adapters.projection import Projected, TooManyWaiting, read_projected
-from services.adapters.records import encode_state
+from services.adapters.record_codec import encode_state
 from services.consumer import ACK, dead_letter, retry
 from services.providers.app import LastReplies, handle_runtime_event
 

@@ -12,7 +12,7 @@ from contracts.state import RecentReply, SessionState
 from contracts.stored import StoredEvent
 from core.fold import Scratch
 from core.projection import project_all
-from services.adapters.records import (
+from services.adapters.record_codec import (
     decode_record,
     encode_state,
     encode_state_reference,

@@ -11,7 +11,7 @@ import pytest
 
 from contracts.state import ProviderMark, ProvidersState, SessionState
 from services.adapters.projection import Projected, read_projected
-from services.adapters.records import encode_state
+from services.adapters.record_codec import encode_state
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
