@@ -146,11 +146,18 @@ async def iterate_raw(
     subject_filter: str,
     progress: Callable[[int, int], None] | None = None,
 ) -> AsyncIterator[RawStored]:
-    """`iterate_stream`'s messages as the server sent them, not yet parsed."""
+    """`iterate_stream`'s messages as the server sent them, not yet parsed (unfiltered
+    batches when the stream holds only `subject_filter`'s subjects: `iterate_direct`)."""
     delivered = 0
+    whole_stream = await holds_only(nc, stream, subject_filter)
     try:
         async for raw in iterate_direct(
-            nc, stream, subject_filter, batch=2048, stall_retries=STALL_RETRIES
+            nc,
+            stream,
+            subject_filter,
+            batch=2048,
+            stall_retries=STALL_RETRIES,
+            whole_stream=whole_stream,
         ):
             yield raw
             delivered += 1
@@ -165,6 +172,19 @@ async def iterate_raw(
             f"stream {stream} stopped answering: {STALL_RETRIES + 1} batches in a row "
             "waited more than 5 s for their next message"
         ) from None
+
+
+async def holds_only(nc: Client, stream: str, subject_filter: str) -> bool:
+    """Whether the stream is configured with `subject_filter` (a `prefix.>` filter) as its
+    only subject, as `reminders provision` makes the event stream; False when that cannot
+    be told (the read then asks the server to filter)."""
+    if not subject_filter.endswith(".>"):
+        return False
+    try:
+        info = await nc.jetstream().stream_info(stream)
+    except nats.errors.Error:
+        return False
+    return list(info.config.subjects or []) == [subject_filter]
 
 
 def _row(raw: RawStored, stats: ReadStats) -> StoredEvent:

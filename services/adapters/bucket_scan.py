@@ -56,10 +56,17 @@ def iterate_bucket(
     max_bytes: int | None = None,
 ) -> AsyncGenerator[RawStored]:
     """Every message of the bucket's stream after `after_seq`, in stream order (values and
-    markers alike), with batched direct gets (`iterate_direct`)."""
+    markers alike), with batched direct gets (`iterate_direct`; a bucket's stream holds only
+    its keys' subjects, so the batches are unfiltered)."""
     subject_filter = key_prefix(bucket) + ">"
     messages = iterate_direct(
-        nc, bucket_stream(bucket), subject_filter, after_seq, batch, max_bytes=max_bytes
+        nc,
+        bucket_stream(bucket),
+        subject_filter,
+        after_seq,
+        batch,
+        max_bytes=max_bytes,
+        whole_stream=True,
     )
     return cast(AsyncGenerator[RawStored], messages)
 

@@ -82,9 +82,17 @@ async def iterate_direct(
     timeout_s: float = 5.0,
     max_bytes: int | None = None,
     stall_retries: int = 0,
+    whole_stream: bool = False,
 ) -> AsyncIterator[RawStored]:
     """Every stored message matching `subject_filter` after `after_seq`, in order, read with
     batched direct gets (of at most `batch` messages, and about `max_bytes` when given).
+
+    `whole_stream`: the caller knows the stream holds only subjects under `subject_filter`
+    (a `prefix.>` filter: a bucket's stream, or the event stream as provisioned). The
+    batches then ask for every message (`>`) and any outside the filter is dropped here:
+    for a filtered batch the server counts the matching messages left after it across every
+    subject the stream holds before it sends the first (tens of milliseconds a batch on a
+    stream of 100,000 sessions), and for an unfiltered one it does not.
 
     A batch that stops for `timeout_s` raises `nats.errors.TimeoutError`, or, up to
     `stall_retries` times in all, is asked for again from the first message not yet read
@@ -97,13 +105,18 @@ async def iterate_direct(
     the first and the last of them (`session_messages` reads a session without that).
     """
     next_seq = after_seq + 1
+    asked_filter, prefix = subject_filter, None
+    if whole_stream:
+        if not subject_filter.endswith(">"):
+            raise ValueError(f"whole_stream needs a `prefix.>` filter, not {subject_filter!r}")
+        asked_filter, prefix = ">", subject_filter[:-1]
     while True:
         inbox = nc.new_inbox()
         arrived = _Arrivals()
         subscription = await nc.subscribe(inbox, cb=arrived.put)
         more = False
         try:
-            request: dict[str, Any] = {"next_by_subj": subject_filter, "seq": next_seq}
+            request: dict[str, Any] = {"next_by_subj": asked_filter, "seq": next_seq}
             request["batch"] = batch
             if max_bytes is not None:
                 request["max_bytes"] = max_bytes
@@ -129,13 +142,15 @@ async def iterate_direct(
                         {"code": int(status), "description": headers.get("Description", "")}
                     )
                 stream_seq = int(headers["Nats-Sequence"])
-                yield RawStored(
-                    message.data,
-                    stream_seq,
-                    headers["Nats-Subject"],
-                    int(headers.get("Nats-Num-Pending", "0")),
-                    headers.get("KV-Operation"),
-                )
+                subject = headers["Nats-Subject"]
+                if prefix is None or subject.startswith(prefix):
+                    yield RawStored(
+                        message.data,
+                        stream_seq,
+                        subject,
+                        int(headers.get("Nats-Num-Pending", "0")),
+                        headers.get("KV-Operation"),
+                    )
                 next_seq = stream_seq + 1
         finally:
             await subscription.unsubscribe()
