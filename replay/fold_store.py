@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sqlite3
 import struct
 import tempfile
@@ -246,6 +247,12 @@ class _SessionFolder:
         self.spilled += len(rows)
 
 
+def _leave_interrupts_to_the_command() -> None:
+    """A worker's start: Ctrl-C reaches every process of the terminal's group, and the
+    command stops the pool itself (a worker interrupted would print its own traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _fold_in_worker(partition: str, db_path: str, capacity: int) -> tuple[int, int, int]:
     """A worker process's part: one partition file folded into a SQLite file of its own;
     returns (messages folded, sessions spilled, sessions read back)."""
@@ -352,7 +359,9 @@ class FoldStore:
         context = multiprocessing.get_context("spawn")
         workers = min(self._workers, len(indexes))
         done = 0
-        pool = ProcessPoolExecutor(workers, mp_context=context)
+        pool = ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_leave_interrupts_to_the_command
+        )
         try:
             pending = {
                 pool.submit(

@@ -5,7 +5,10 @@ fit the cache or are spilled and read back."""
 
 from __future__ import annotations
 
+import signal
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 from unittest.mock import patch
 
 import orjson
@@ -15,6 +18,7 @@ from contracts.state import SessionState
 from contracts.stored import StoredEvent
 from contracts.subjects import last_token
 from core.projection import project_all
+from replay import fold_store
 from replay.fold_store import FoldStore
 from services.adapters.record_codec import encode_state
 from services.adapters.session_read import RawStored
@@ -130,3 +134,28 @@ def test_a_workers_error_ends_the_fold_with_it() -> None:
         store.finish()
     store.close()
     assert not Path(store._directory.name).exists()
+
+
+def test_ctrl_c_is_left_to_the_command_not_the_workers() -> None:
+    # Ctrl-C reaches the whole process group: a worker ignores it, and the command, which
+    # gets it too, stops the pool (no worker's traceback on the terminal).
+    rows = interleaved_log()
+    store = FoldStore(4096, 4, workers=2, workers_from=0)
+    for row in rows:
+        store.add(RawStored(orjson.dumps(row.envelope), row.stream_seq, row.subject, 0))
+    started: list[object] = []
+
+    def pool(workers: int, **kwargs: Any) -> ProcessPoolExecutor:
+        started.append(kwargs["initializer"])
+        return ProcessPoolExecutor(workers, **kwargs)
+
+    with patch("replay.fold_store.ProcessPoolExecutor", pool):
+        assert store.finish() == SESSIONS
+    store.close()
+    assert started == [fold_store._leave_interrupts_to_the_command]
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        fold_store._leave_interrupts_to_the_command()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
