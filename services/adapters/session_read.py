@@ -87,12 +87,9 @@ async def iterate_direct(
     """Every stored message matching `subject_filter` after `after_seq`, in order, read with
     batched direct gets (of at most `batch` messages, and about `max_bytes` when given).
 
-    `whole_stream`: the caller knows the stream holds only subjects under `subject_filter`
-    (a `prefix.>` filter: a bucket's stream, or the event stream as provisioned). The
-    batches then ask for every message (`>`) and any outside the filter is dropped here:
-    for a filtered batch the server counts the matching messages left after it across every
-    subject the stream holds before it sends the first (tens of milliseconds a batch on a
-    stream of 100,000 sessions), and for an unfiltered one it does not.
+    `whole_stream`: the stream holds only subjects under `subject_filter` (a `prefix.>`
+    filter), so every message is asked for (`>`) and any outside it dropped here: before a
+    filtered batch's first reply the server counts what matches after it, tens of ms.
 
     A batch that stops for `timeout_s` raises `nats.errors.TimeoutError`, or, up to
     `stall_retries` times in all, is asked for again from the first message not yet read
@@ -105,11 +102,9 @@ async def iterate_direct(
     the first and the last of them (`session_messages` reads a session without that).
     """
     next_seq = after_seq + 1
-    asked_filter, prefix = subject_filter, None
-    if whole_stream:
-        if not subject_filter.endswith(">"):
-            raise ValueError(f"whole_stream needs a `prefix.>` filter, not {subject_filter!r}")
-        asked_filter, prefix = ">", subject_filter[:-1]
+    if whole_stream and not subject_filter.endswith(">"):
+        raise ValueError(f"whole_stream needs a `prefix.>` filter, not {subject_filter!r}")
+    asked_filter, prefix = (">", subject_filter[:-1]) if whole_stream else (subject_filter, None)
     while True:
         inbox = nc.new_inbox()
         arrived = _Arrivals()
@@ -144,13 +139,9 @@ async def iterate_direct(
                 stream_seq = int(headers["Nats-Sequence"])
                 subject = headers["Nats-Subject"]
                 if prefix is None or subject.startswith(prefix):
-                    yield RawStored(
-                        message.data,
-                        stream_seq,
-                        subject,
-                        int(headers.get("Nats-Num-Pending", "0")),
-                        headers.get("KV-Operation"),
-                    )
+                    pending = int(headers.get("Nats-Num-Pending", "0"))
+                    operation = headers.get("KV-Operation")
+                    yield RawStored(message.data, stream_seq, subject, pending, operation)
                 next_seq = stream_seq + 1
         finally:
             await subscription.unsubscribe()
