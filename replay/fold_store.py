@@ -272,7 +272,7 @@ class FoldStore:
         self,
         cache_sessions: int = DEFAULT_CACHE_SESSIONS,
         partitions: int = DEFAULT_PARTITIONS,
-        workers: int = 1,
+        workers: int | None = None,
         workers_from: int | None = None,
     ) -> None:
         self._capacity = max(1, cache_sessions)
@@ -280,23 +280,22 @@ class FoldStore:
         self._partition_count = max(1, partitions)
         self._partitions: dict[int, BinaryIO] = {}
         self._kept = 0
-        self._workers = max(1, workers)
+        self._workers = max(1, default_workers() if workers is None else workers)
         # Looked up here, not bound as a default, so a test can lower it for a whole command.
         self._workers_from = WORKERS_FROM_MESSAGES if workers_from is None else workers_from
         self._db = _open_scratch_db(Path(self._directory.name) / "fold.sqlite3")
+        # Its counts cover the workers' too (added as each file is merged).
         self._folder = _SessionFolder(self._db, self._capacity)
-        self._spilled_by_workers = 0
-        self._reloaded_by_workers = 0
 
     @property
     def spilled(self) -> int:
         """Sessions frozen and spilled to SQLite while folding, by every process."""
-        return self._folder.spilled + self._spilled_by_workers
+        return self._folder.spilled
 
     @property
     def reloaded(self) -> int:
         """Spilled sessions read back because more of their events came, by every process."""
-        return self._folder.reloaded + self._reloaded_by_workers
+        return self._folder.reloaded
 
     def __enter__(self) -> FoldStore:
         return self
@@ -375,8 +374,8 @@ class FoldStore:
             for future in as_completed(pending):
                 messages, spilled, reloaded = future.result()
                 self._merge(self._worker_db_path(pending[future]))
-                self._spilled_by_workers += spilled
-                self._reloaded_by_workers += reloaded
+                self._folder.spilled += spilled
+                self._folder.reloaded += reloaded
                 done += messages
                 if progress is not None:
                     progress(done, self._kept)

@@ -35,13 +35,7 @@ from contracts.stored import StoredEvent
 from contracts.subjects import session_token, token_subject_filter
 from core.projection import Record, project_all
 from replay.errors import ReplayError
-from replay.fold_store import (
-    DEFAULT_CACHE_SESSIONS,
-    FoldedSession,
-    FoldStore,
-    default_workers,
-    encode_record,
-)
+from replay.fold_store import DEFAULT_CACHE_SESSIONS, FoldedSession, FoldStore, encode_record
 from replay.scope import AuditScope
 from replay.source import EVENT_FILTER, STALL_RETRIES, iterate_raw, stored_row
 from services.adapters.bucket_scan import bucket_values
@@ -243,7 +237,7 @@ async def rebuild(
                 written(folded.token, folded.degraded)
         await asyncio.gather(*(write(folded) for folded in alone))
 
-    with FoldStore(cache_sessions, workers=workers or default_workers()) as store:
+    with FoldStore(cache_sessions, workers=workers) as store:
         total = await fold_stream(nc, stream, store, progress)
         await _each(store, total, "writing", write_chunk, progress)
     report.degraded.sort()
@@ -328,7 +322,7 @@ async def verify_projection(
         found = await read_projections(kv, [folded.token for folded in chunk])
         await asyncio.gather(*(check(folded, found[folded.token][0]) for folded in chunk))
 
-    with FoldStore(cache_sessions, workers=workers or default_workers()) as store:
+    with FoldStore(cache_sessions, workers=workers) as store:
         total = await fold_stream(nc, stream, store, progress)
         await _each(store, total, "checking", check_chunk, progress)
         # A projection whose session the read found no event of.
