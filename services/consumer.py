@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from contracts.decode import DecodeError, decode
 from contracts.events import Event
 from services.adapters.deadletter import dead_letter_message
 from services.adapters.provisioning import DurableConsumer
+from services.adapters.pull_flow import PullFlow
 from services.adapters.telemetry import consumer_span
 from services.runtime import Runtime
 
@@ -135,13 +137,13 @@ class EventConsumer:
         runtime events): `outcome_of` decodes one message and handles it. With `key_of`,
         messages are settled concurrently across keys (e.g. sessions) and in delivery order
         within a key, as a stream (`_run_lanes`)."""
+        if key_of is not None:
+            await self._run_lanes(runtime, outcome_of, stop, key_of)
+            return
         subscription = await runtime.js.pull_subscribe_bind(
             durable=self.durable.name, stream=self.durable.stream
         )
         try:
-            if key_of is not None:
-                await self._run_lanes(runtime, subscription, outcome_of, stop, key_of)
-                return
             while not stop.is_set():
                 for message in await self._fetch(subscription, self.batch):
                     await self._settle(runtime, message, outcome_of)
@@ -151,50 +153,44 @@ class EventConsumer:
     async def _run_lanes(
         self,
         runtime: Runtime,
-        subscription: JetStreamContext.PullSubscription,
         outcome_of: Callable[[Msg], Awaitable[Settlement]],
         stop: asyncio.Event,
         key_of: Callable[[Msg], str],
     ) -> None:
         """Up to `batch` messages in flight, each settled as soon as the one before it of
-        the same key is, and fetched again as soon as any is: no batch waits for its slowest
-        message, so what it feeds (the gateway, for the providers) is never left idle while
-        a batch drains. The order within a key is the delivery order (a redelivered message
-        goes behind what its key already has in flight)."""
-        tails: dict[str, asyncio.Task[None]] = {}
-        room = asyncio.Semaphore(self.batch)
+        the same key is, and more asked for as places free up (`PullFlow`): no batch waits
+        for its slowest message, so what it feeds (the gateway, for the providers) is never
+        left idle while a batch drains. The order within a key is the delivery order (a
+        redelivered message goes behind what its key already has in flight)."""
+        lanes: dict[str, deque[Msg]] = {}
+        running: set[asyncio.Task[None]] = set()
 
-        async def settle_after(previous: asyncio.Task[None] | None, message: Msg) -> None:
-            try:
-                if previous is not None:
-                    await asyncio.wait([previous])
-                await self._settle(runtime, message, outcome_of)
-            finally:
-                room.release()
+        async def drain(key: str, lane: deque[Msg]) -> None:
+            while lane:
+                try:
+                    await self._settle(runtime, lane[0], outcome_of)
+                finally:
+                    lane.popleft()
+                    flow.release()
+            del lanes[key]
 
-        def forget(key: str) -> Callable[[asyncio.Task[None]], None]:
-            def done(task: asyncio.Task[None]) -> None:
-                if tails.get(key) is task:
-                    del tails[key]
+        def deliver(message: Msg) -> None:
+            key = key_of(message)
+            lane = lanes.get(key)
+            if lane is not None:
+                lane.append(message)
+                return
+            lanes[key] = lane = deque([message])
+            task = asyncio.create_task(drain(key, lane))
+            running.add(task)
+            task.add_done_callback(running.discard)
 
-            return done
-
-        while not stop.is_set():
-            await room.acquire()
-            free = 1
-            while not room.locked():  # take every free place for one fetch
-                await room.acquire()
-                free += 1
-            messages = await self._fetch(subscription, free)
-            for _ in range(free - len(messages)):
-                room.release()
-            for message in messages:
-                key = key_of(message)
-                task = asyncio.create_task(settle_after(tails.get(key), message))
-                tails[key] = task
-                task.add_done_callback(forget(key))
-        if tails:  # let what is in flight settle before the subscription goes
-            await asyncio.wait(list(tails.values()))
+        flow = PullFlow(
+            runtime.connection, self.durable.stream, self.durable.name, self.batch, deliver
+        )
+        await flow.run(stop)
+        if running:  # let what is in flight settle before the loop ends
+            await asyncio.wait(list(running))
 
     async def _fetch(
         self, subscription: JetStreamContext.PullSubscription, batch: int
