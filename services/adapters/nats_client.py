@@ -1,5 +1,6 @@
 """The nats-py client every process of the service connects with: nats-py's own, with a
-header parser that gives exactly what nats-py's gives, for less CPU.
+header parser that gives exactly what nats-py's gives, and a request that waits the same
+way, each for less CPU.
 
 Every message a consumer, a direct get or a KV read receives carries headers (a stored event
 keeps the ones it was appended with: its id, the expectation, the atomic batch's; a direct
@@ -11,11 +12,23 @@ done by `str.split` (the same characters count as whitespace: `str.split` and `s
 share one definition), so its result is the same for any block
 (`tests/unit/test_nats_client.py` checks it against nats-py's own parser, whichever version
 is installed). The measurement is in `docs/scaling.md`.
+
+A request (nats-py's "new style": one wildcard subscription for every reply, a future per
+request) drew a NUID and two random bytes from the OS for its reply's token and waited with
+`asyncio.wait_for`, which adds a second future, its callbacks and a timer. Here the token is
+a counter (unique under the subscription's own NUID prefix) and the wait is the future
+itself under one timer, cancelled when the reply comes; a reply, a timeout (nats-py's
+`TimeoutError`) and no responders (`NoRespondersError`) come out as from nats-py's.
 """
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from nats import errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 _CRLF = b"\r\n"
 
@@ -45,6 +58,48 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
 
 
 class LedgerClient(Client):
-    """nats-py's `Client`, parsing message headers with `parse_header_lines`."""
+    """nats-py's `Client`, parsing message headers with `parse_header_lines` and sending
+    requests with less work per request (`_request_new_style`)."""
 
     _parse_header_lines = staticmethod(parse_header_lines)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._requests_sent = 0
+
+    async def _request_new_style(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float = 1,
+        headers: dict[str, Any] | None = None,
+    ) -> Msg:
+        """nats-py's request over its one reply subscription, for less CPU: the reply's
+        token is a counter (nats-py draws a NUID and two random bytes from the OS per
+        request), and the time limit is one timer cancelled with the reply, not
+        `asyncio.wait_for`'s second future, callbacks and timer."""
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
+        if not self._resp_sub_prefix:
+            await self._init_request_sub()
+        assert self._resp_sub_prefix is not None
+        self._requests_sent += 1
+        key = str(self._requests_sent)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._resp_map[key] = future
+        timer = loop.call_later(timeout, _expire, future)
+        try:
+            await self.publish(
+                subject, payload, reply=self._resp_sub_prefix.decode() + key, headers=headers
+            )
+            return await future
+        finally:
+            timer.cancel()
+            self._resp_map.pop(key, None)
+
+
+def _expire(future: asyncio.Future[Msg]) -> None:
+    """A request's time ran out: nats-py's `TimeoutError`, as its own `request` raises."""
+    if not future.done():
+        future.set_exception(errors.TimeoutError())

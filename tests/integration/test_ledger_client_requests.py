@@ -1,0 +1,81 @@
+"""The service's nats-py client answers requests as nats-py's does, on a real server: each
+reply to its own request, nats-py's `TimeoutError` when none comes in time, its
+`NoRespondersError` when nobody listens, and nothing left waiting afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from nats import errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from services.adapters.nats_client import LedgerClient
+
+
+@pytest.fixture
+async def ledger_nc(nats_server: object) -> AsyncIterator[LedgerClient]:
+    client = LedgerClient()
+    await client.connect(nats_server.url)  # type: ignore[attr-defined]
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def test_concurrent_requests_each_get_their_own_reply(
+    nc: Client, ledger_nc: LedgerClient
+) -> None:
+    async def echo(message: Msg) -> None:
+        await asyncio.sleep(0.001 * (int(message.data) % 5))  # replies out of order
+        assert message.reply
+        await nc.publish(
+            message.reply, b"re:" + message.data, headers={"Seen": message.data.decode()}
+        )
+
+    await nc.subscribe("echo", cb=echo)
+    await nc.flush()
+    replies = await asyncio.gather(
+        *(ledger_nc.request("echo", f"{n}".encode(), timeout=5) for n in range(200))
+    )
+    assert [reply.data for reply in replies] == [f"re:{n}".encode() for n in range(200)]
+    assert [reply.headers for reply in replies] == [{"Seen": f"{n}"} for n in range(200)]
+    assert ledger_nc._resp_map == {}
+
+
+async def test_no_reply_in_time_is_nats_py_s_timeout(nc: Client, ledger_nc: LedgerClient) -> None:
+    async def silent(message: Msg) -> None:
+        return None
+
+    await nc.subscribe("silent", cb=silent)
+    await nc.flush()
+    started = time.monotonic()
+    with pytest.raises(errors.TimeoutError):
+        await ledger_nc.request("silent", b"", timeout=0.3)
+    assert 0.25 <= time.monotonic() - started < 1.0
+    assert ledger_nc._resp_map == {}
+
+
+async def test_nobody_listening_is_nats_py_s_no_responders(ledger_nc: LedgerClient) -> None:
+    with pytest.raises(errors.NoRespondersError):
+        await ledger_nc.request("nobody.here", b"", timeout=2)
+    assert ledger_nc._resp_map == {}
+
+
+async def test_a_cancelled_request_leaves_nothing_waiting(
+    nc: Client, ledger_nc: LedgerClient
+) -> None:
+    async def silent(message: Msg) -> None:
+        return None
+
+    await nc.subscribe("slow", cb=silent)
+    await nc.flush()
+    waiting = asyncio.create_task(ledger_nc.request("slow", b"", timeout=5))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert ledger_nc._resp_map == {}
