@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 from collections.abc import Callable
 
 #: Seconds between trims: often enough that the creep never adds up, rare enough to cost
@@ -29,6 +30,9 @@ TRIM_EVERY_S = 30.0
 #: Buffers this large or larger are mapped apart from the heaps (glibc's `M_MMAP_THRESHOLD`).
 #: Below the size of a typical hot session's state message, above every per-event buffer.
 LARGE_BUFFER_BYTES = 64 * 1024
+
+#: Allocations between two collections of the youngest generation (Python's default: 700).
+COLLECT_AFTER_ALLOCATIONS = 10_000
 
 #: glibc's `mallopt` parameter number for the mmap threshold (malloc.h).
 M_MMAP_THRESHOLD = -3
@@ -76,3 +80,21 @@ def keep_large_buffers_apart(threshold: int = LARGE_BUFFER_BYTES) -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, threshold))
+
+
+def collect_less_often() -> None:
+    """Tune the garbage collector of a busy worker's process, once it has started.
+
+    The projector keeps thousands of session states in its cache and builds new ones on every
+    event; the providers parse a session view and a runtime event and build a command for
+    every event. With the default threshold the collector ran every few hundred allocations,
+    promoted what was then in flight and walked the older generations again and again
+    (`bench/fold_profile.py` measures its share in the projector; for the providers, see
+    `docs/scaling.md`). Less often, the little cyclic garbage they make (asyncio's) waits a
+    few thousand allocations longer. What start-up built lives as long as the process, so it
+    is frozen out of every later collection.
+    """
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(COLLECT_AFTER_ALLOCATIONS, older, oldest)

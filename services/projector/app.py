@@ -7,13 +7,13 @@ takes over within seconds when it dies.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
 from services.adapters import stages
+from services.adapters.memory import collect_less_often
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.records import KvSessionStore
 from services.adapters.settings import Settings
@@ -39,26 +39,6 @@ from services.runtime import Runtime
 log = logging.getLogger("reminders.projector")
 
 FETCH_BATCH = 1000
-#: Allocations between two collections of the youngest generation (Python's default: 700).
-COLLECT_AFTER_ALLOCATIONS = 10_000
-
-
-def collect_less_often() -> None:
-    """Tune the garbage collector of the projector's process, once it has started.
-
-    The projector keeps thousands of session states in its cache and builds new ones on every
-    event. With the default threshold the collector ran every few hundred allocations,
-    promoted the states of the sessions then in flight and walked the older generations again
-    and again (`bench/fold_profile.py` measures its share). Less often, the little cyclic
-    garbage it makes (asyncio's) waits a few thousand allocations longer. What start-up built
-    lives as long as the process, so it is frozen out of every later collection.
-    """
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(COLLECT_AFTER_ALLOCATIONS, older, oldest)
-
-
 @dataclass
 class ProjectorWorker:
     """The projector worker: a pinned pull loop that folds events into the bucket."""

@@ -42,6 +42,7 @@ from contracts.subjects import (
     session_token,
 )
 from core.providers import ProvidersConfig, evaluate_event, evaluation_request_id
+from services.adapters.memory import collect_less_often
 from services.adapters.plugins import load_providers_config
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
 from services.adapters.provisioning import DurableConsumer
@@ -237,6 +238,7 @@ class Providers:
             "reminders_provider_evaluations",
             "Provider evaluations by provider and reason (no ids)",
         )
+        collect_less_often()
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Consume runtime events until stopped."""

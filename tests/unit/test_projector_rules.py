@@ -333,10 +333,10 @@ async def test_a_session_failing_its_write_leaves_the_others_written_and_acked()
     assert sum(report.verdicts.values()) == len(ok)
 
 
-def test_the_projector_process_collects_young_garbage_less_often_and_freezes_start_up() -> None:
+def test_a_busy_worker_s_process_collects_young_garbage_less_often_and_freezes_start_up() -> None:
     import gc
 
-    from services.projector.app import COLLECT_AFTER_ALLOCATIONS, collect_less_often
+    from services.adapters.memory import COLLECT_AFTER_ALLOCATIONS, collect_less_often
 
     before = gc.get_threshold()
     try:
