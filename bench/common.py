@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -207,3 +208,24 @@ def measured_command(args: Sequence[str], timeout_s: float) -> tuple[float, floa
     line = next(line for line in done.stderr.splitlines() if line.startswith("MEASURED"))
     cpu_s, peak = (float(field) for field in line.split()[1:])
     return cpu_s, peak
+
+
+@contextmanager
+def null_process(module: str, url: str, *flags: str) -> Iterator[subprocess.Popen[str]]:
+    """`python -m MODULE URL [FLAGS]` (a null service: `bench.null_gateway`,
+    `bench.null_providers`) running once it printed `ready`; stopped with SIGTERM on exit."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, url, *flags], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{module} did not start")
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -159,6 +159,16 @@ def providers_cpu(results: Results) -> str:
                 row("per `evaluate` sent straight to the gateway", direct),
                 row("per runtime event through the providers", runtime),
             ]
+            + (
+                [
+                    row(
+                        "per runtime event through the null providers (messaging alone)",
+                        p["cpu_ms_per_runtime_event_null_providers"],
+                    )
+                ]
+                if "cpu_ms_per_runtime_event_null_providers" in p
+                else []
+            )
         )
         + "\n"
     )

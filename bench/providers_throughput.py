@@ -12,7 +12,11 @@ for the commands the service sends, in the same run on the same server.
   publish until every event's `provider_evaluated` is stored in REMINDERS — through the
   providers process (view read from the projection bucket, evaluation, one evaluate per
   event), the gateway and the projector, each its own process.
-- `ratio`: runtime_events_per_s / gateway_evaluate_commands_per_s (target ≥ 0.8).
+- `ratio`: runtime_events_per_s / gateway_evaluate_commands_per_s (reported only).
+- `null_providers_runtime_events_per_s` and `cpu_ms_per_runtime_event_null_providers`: the
+  same, with the providers service stopped and the null providers (`bench.null_providers`:
+  the messaging alone, on stock nats-py) in its place, on fresh sessions: its `providers`
+  column is the floor the service's own CPU per runtime event stands beside.
 - `cpu_ms_per_evaluate_command` and `cpu_ms_per_runtime_event`: CPU milliseconds each
   process (gateway, projector, providers, the nats-server and this load process) spent per
   command / runtime event in each phase, and their total. Every process shares the same
@@ -34,7 +38,7 @@ import nats
 import orjson
 from nats.aio.client import Client as NATS
 
-from bench.common import UNLIMITED_ENV, CpuMeter, embedded_server, emit, rate
+from bench.common import UNLIMITED_ENV, CpuMeter, embedded_server, emit, null_process, rate
 from cli.provision import provision_all
 from cli.supervisor import spawn_service, stop_all, wait_ready
 from client.sdk import ReminderClient
@@ -92,14 +96,16 @@ async def gateway_rate(url: str, events: int, sessions: int, concurrency: int) -
     return rate(events, elapsed), failed
 
 
-async def evaluated(nc: NATS, stream: str, request: bytes) -> int:
-    """How many provider_evaluated events the runtime events' sessions have stored."""
+async def evaluated(nc: NATS, stream: str, request: bytes, prefix: str) -> int:
+    """How many provider_evaluated events the sessions named `prefix…` have stored."""
     reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", request, timeout=30)
     subjects: dict[str, int] = orjson.loads(reply.data)["state"].get("subjects") or {}
-    return sum(n for subject, n in subjects.items() if subject.rsplit(".", 1)[1].startswith("rt-"))
+    return sum(n for subject, n in subjects.items() if subject.rsplit(".", 1)[1].startswith(prefix))
 
 
-async def providers_rate(url: str, settings: Settings, events: int, sessions: int) -> float:
+async def providers_rate(
+    url: str, settings: Settings, events: int, sessions: int, prefix: str = "rt-"
+) -> float:
     nc = await nats.connect(url)
     client = ReminderClient(nc, timeout_s=30)
     started = time.perf_counter()
@@ -107,11 +113,11 @@ async def providers_rate(url: str, settings: Settings, events: int, sessions: in
     for n in range(events):
         pending.append(
             client.publish_runtime_event(
-                f"rt-{n % sessions}",
+                f"{prefix}{n % sessions}",
                 "session_idle",
                 {"idle_seconds": 120},
                 turn=n // sessions,
-                event_id=f"rt-{n}",
+                event_id=f"{prefix}{n}",
             )
         )
         if len(pending) >= 256:
@@ -123,7 +129,7 @@ async def providers_rate(url: str, settings: Settings, events: int, sessions: in
     # info request per poll, so the benchmark's own polling does not compete for the CPU with
     # the services it measures (a get per session per poll did).
     request = orjson.dumps({"subjects_filter": "transcript.reminder.provider_evaluated.>"})
-    while await evaluated(nc, settings.stream, request) < events:
+    while await evaluated(nc, settings.stream, request, prefix) < events:
         await asyncio.sleep(0.05)
     elapsed = time.perf_counter() - started
     await nc.close()
@@ -154,6 +160,13 @@ async def measure(events: int, sessions: int, concurrency: int) -> dict[str, obj
             runtime = await providers_rate(server.url, settings, events, sessions)
             await asyncio.sleep(SETTLE_S)
             per_runtime_event = meter.ms_per(events)
+            stop_all(services[2:])  # the providers: the null providers take their place
+            with null_process("bench.null_providers", server.url) as null:
+                pids["providers"] = null.pid
+                meter = CpuMeter(pids)
+                null_rate = await providers_rate(server.url, settings, events, sessions, "nl-")
+                await asyncio.sleep(SETTLE_S)
+                per_null_event = meter.ms_per(events)
         finally:
             stop_all(services)
     return {
@@ -166,6 +179,8 @@ async def measure(events: int, sessions: int, concurrency: int) -> dict[str, obj
         "ratio": round(runtime / gateway, 2) if gateway else 0.0,
         "cpu_ms_per_evaluate_command": per_command,
         "cpu_ms_per_runtime_event": per_runtime_event,
+        "null_providers_runtime_events_per_s": null_rate,
+        "cpu_ms_per_runtime_event_null_providers": per_null_event,
         "cpu_bound_ratio": round(per_command["total"] / per_runtime_event["total"], 2)
         if per_runtime_event["total"]
         else 0.0,

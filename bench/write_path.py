@@ -17,9 +17,7 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -32,6 +30,7 @@ import nats
 from bench.common import (
     CpuMeter,
     embedded_server,
+    null_process,
     percentile,
     provision_server,
     rate,
@@ -138,23 +137,8 @@ async def projector_lag(url: str, since: float) -> tuple[int, float]:
 @contextmanager
 def null_gateway(url: str, *flags: str) -> Iterator[subprocess.Popen[str]]:
     """`python -m bench.null_gateway URL [FLAGS]` running and subscribed; stopped on exit."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.null_gateway", url, *flags],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        if process.stdout.readline().strip() != "ready":
-            raise RuntimeError("the null gateway did not start")
+    with null_process("bench.null_gateway", url, *flags) as process:
         yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 async def profile_mark(url: str) -> None:
