@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from cli.embedded import EmbeddedNats
 from cli.provision import provision_all
+from services.adapters.nats_client import LedgerClient
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
 
@@ -90,6 +91,17 @@ async def nc(nats_server: NatsUnderTest) -> AsyncIterator[Client]:
         yield connection
     finally:
         await connection.close()
+
+
+@pytest.fixture
+async def ledger_nc(nats_server: NatsUnderTest) -> AsyncIterator[LedgerClient]:
+    """A connection with the service's own nats-py client (`LedgerClient`)."""
+    client = LedgerClient()
+    await client.connect(nats_server.url, max_reconnect_attempts=5)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture

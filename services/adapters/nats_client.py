@@ -19,16 +19,27 @@ request) drew a NUID and two random bytes from the OS for its reply's token and 
 a counter (unique under the subscription's own NUID prefix) and the wait is the future
 itself under one timer, cancelled when the reply comes; a reply, a timeout (nats-py's
 `TimeoutError`) and no responders (`NoRespondersError`) come out as from nats-py's.
+
+nats-py hands a subscription's messages to its callback through a queue and a task of its
+own: a put, a wake-up of that task and a coroutine per message. The replies to requests,
+and a `PullFlow`'s deliveries, go instead to a plain function as they are read
+(`handle_at_once`): the function only resolves a future or files the message, so nothing
+waits in the reading loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from nats import errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+log = logging.getLogger("reminders.nats")
 
 _CRLF = b"\r\n"
 
@@ -66,6 +77,52 @@ class LedgerClient(Client):
     def __init__(self) -> None:
         super().__init__()
         self._requests_sent = 0
+        self._handled_at_once: dict[int, Callable[[Msg], None]] = {}
+        self._reply_prefix = ""
+
+    def handle_at_once(self, subscription: Subscription, handler: Callable[[Msg], None]) -> None:
+        """Hand `subscription`'s messages to `handler` as they are read, instead of through
+        its queue and task: for a handler that does not wait (it must not raise either; what
+        it raises is logged). Undone by `stop_handling`, or when the subscription goes."""
+        self._handled_at_once[subscription._id] = handler
+
+    def stop_handling(self, subscription: Subscription) -> None:
+        """The subscription's messages go through its queue again."""
+        self._handled_at_once.pop(subscription._id, None)
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        handler = self._handled_at_once.get(sid)
+        if handler is None or sid not in self._subs:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        message = self._build_message(
+            sid, subject, reply, data, await self._process_headers(headers)
+        )
+        try:
+            handler(message)
+        except Exception:  # the reading loop must go on: logged, as nats-py's error callback
+            log.exception("a message handler failed")
+
+    async def _init_request_sub(self) -> None:
+        """nats-py's one subscription for every reply, its replies handed over as read."""
+        self._resp_map = {}
+        prefix = bytearray(self._inbox_prefix)
+        prefix.extend(b".")
+        prefix.extend(self._nuid.next())
+        prefix.extend(b".")
+        self._resp_sub_prefix = prefix
+        self._reply_prefix = prefix.decode()
+        subscription = await self.subscribe(f"{self._reply_prefix}*", cb=self._request_sub_callback)
+        self.handle_at_once(subscription, self._reply_arrived)
+
+    def _reply_arrived(self, message: Msg) -> None:
+        future = self._resp_map.get(message.subject[len(self._reply_prefix) :])
+        if future is not None and not future.done():
+            future.set_result(message)
 
     async def _request_new_style(
         self,
@@ -82,7 +139,6 @@ class LedgerClient(Client):
             raise errors.ConnectionDrainingError
         if not self._resp_sub_prefix:
             await self._init_request_sub()
-        assert self._resp_sub_prefix is not None
         self._requests_sent += 1
         key = str(self._requests_sent)
         loop = asyncio.get_running_loop()
@@ -90,9 +146,7 @@ class LedgerClient(Client):
         self._resp_map[key] = future
         timer = loop.call_later(timeout, _expire, future)
         try:
-            await self.publish(
-                subject, payload, reply=self._resp_sub_prefix.decode() + key, headers=headers
-            )
+            await self.publish(subject, payload, reply=self._reply_prefix + key, headers=headers)
             return await future
         finally:
             timer.cancel()

@@ -25,6 +25,8 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from services.adapters.nats_client import LedgerClient
+
 log = logging.getLogger("reminders.pull")
 
 NS = 1_000_000_000
@@ -78,6 +80,8 @@ class PullFlow:
         """Ask for messages until `stop` is set, then until the open request ended."""
         inbox = self._nc.new_inbox()
         subscription = await self._nc.subscribe(f"{inbox}.*", cb=self._on_message)
+        if isinstance(self._nc, LedgerClient):  # the service's client: no queue, no task
+            self._nc.handle_at_once(subscription, self._take)
         loop = asyncio.get_running_loop()
         requests = 0
         opened_at = 0.0
@@ -99,6 +103,8 @@ class PullFlow:
                 self._changed.clear()
                 await _wait(self._changed, self._expires_s, None)
         finally:
+            if isinstance(self._nc, LedgerClient):
+                self._nc.stop_handling(subscription)
             await subscription.unsubscribe()
 
     async def _ask(self, reply: str, batch: int) -> None:
@@ -111,6 +117,9 @@ class PullFlow:
             self._open, self._refused = None, True
 
     async def _on_message(self, message: Msg) -> None:
+        self._take(message)
+
+    def _take(self, message: Msg) -> None:
         headers = message.headers
         status = headers.get("Status") if headers and not message.data else None
         if status is None:

@@ -8,10 +8,12 @@ import asyncio
 import time
 
 import orjson
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
+from services.adapters.nats_client import LedgerClient
 from services.adapters.provisioning import DurableConsumer, ensure_consumer
 from services.adapters.pull_flow import PullFlow
 
@@ -50,7 +52,11 @@ class CountedRequests:
         await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.flow", cb=seen)
 
 
-async def test_every_message_once_and_never_more_held_than_the_capacity(nc: Client) -> None:
+@pytest.mark.parametrize("service_client", [False, True], ids=["nats-py", "LedgerClient"])
+async def test_every_message_once_and_never_more_held_than_the_capacity(
+    nc: Client, ledger_nc: LedgerClient, service_client: bool
+) -> None:
+    """With the service's client, the flow takes its messages as they are read."""
     await durable_on(nc, "FLOWALL", max_ack_pending=1000)
     js = nc.jetstream()
     for n in range(300):
@@ -75,7 +81,8 @@ async def test_every_message_once_and_never_more_held_than_the_capacity(nc: Clie
         most_held = max(most_held, flow.held)
         asyncio.get_running_loop().create_task(settle(message))
 
-    flow = PullFlow(nc, "FLOWALL", "flow", capacity=40, deliver=deliver)
+    client = ledger_nc if service_client else nc
+    flow = PullFlow(client, "FLOWALL", "flow", capacity=40, deliver=deliver)
     running = asyncio.create_task(flow.run(stop))
     await asyncio.wait_for(done.wait(), 10)
     stop.set()

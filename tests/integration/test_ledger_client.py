@@ -1,12 +1,12 @@
-"""The service's nats-py client answers requests as nats-py's does, on a real server: each
-reply to its own request, nats-py's `TimeoutError` when none comes in time, its
-`NoRespondersError` when nobody listens, and nothing left waiting afterwards."""
+"""The service's nats-py client on a real server: requests answered as nats-py answers them
+(each reply to its own request, nats-py's `TimeoutError` when none comes in time, its
+`NoRespondersError` when nobody listens, nothing left waiting afterwards), and messages
+handed to a handler as they are read, in order, a failing handler stopping nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from nats import errors
@@ -14,16 +14,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from services.adapters.nats_client import LedgerClient
-
-
-@pytest.fixture
-async def ledger_nc(nats_server: object) -> AsyncIterator[LedgerClient]:
-    client = LedgerClient()
-    await client.connect(nats_server.url)  # type: ignore[attr-defined]
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def test_concurrent_requests_each_get_their_own_reply(
@@ -79,3 +69,40 @@ async def test_a_cancelled_request_leaves_nothing_waiting(
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert ledger_nc._resp_map == {}
+
+
+async def test_messages_handled_at_once_come_in_order_and_a_failing_handler_stops_nothing(
+    nc: Client, ledger_nc: LedgerClient
+) -> None:
+    seen: list[bytes] = []
+
+    def handler(message: Msg) -> None:
+        if message.data == b"boom":
+            raise RuntimeError("a handler's own fault")
+        seen.append(message.data)
+
+    subscription = await ledger_nc.subscribe("at.once")
+    ledger_nc.handle_at_once(subscription, handler)
+    await ledger_nc.flush()
+    for n in range(100):
+        await nc.publish("at.once", b"boom" if n == 50 else f"{n}".encode())
+    await nc.flush()
+    for _ in range(100):
+        if len(seen) == 99:
+            break
+        await asyncio.sleep(0.01)
+    assert seen == [f"{n}".encode() for n in range(100) if n != 50]
+
+    # The connection reads on: a request still gets its reply.
+    async def echo(message: Msg) -> None:
+        await message.respond(message.data)
+
+    await nc.subscribe("echo.after", cb=echo)
+    await nc.flush()
+    assert (await ledger_nc.request("echo.after", b"still", timeout=5)).data == b"still"
+    # Undone, the subscription's messages go through its queue again.
+    ledger_nc.stop_handling(subscription)
+    await nc.publish("at.once", b"queued")
+    await nc.flush()
+    assert (await subscription.next_msg(timeout=5)).data == b"queued"
+    assert len(seen) == 99
