@@ -87,6 +87,8 @@ class PullFlow:
         opened_at = 0.0
         try:
             while not stop.is_set():
+                # Cleared before looking, so what changes from here on ends the wait below.
+                self._changed.clear()
                 if self._open is not None and loop.time() - opened_at > 2 * self._expires_s:
                     self._open = None  # never answered: the connection was lost meanwhile
                 free = self._capacity - self._held
@@ -94,13 +96,14 @@ class PullFlow:
                     requests += 1
                     opened_at = loop.time()
                     await self._ask(f"{inbox}.{requests}", free)
-                self._changed.clear()
                 await _wait(self._changed, self._expires_s, stop)
                 if self._refused:
                     self._refused = False
                     await asyncio.sleep(REFUSED_PAUSE_S)
-            while self._open is not None and loop.time() - opened_at <= 2 * self._expires_s:
+            while True:  # stopping: what the open request still brings is taken
                 self._changed.clear()
+                if self._open is None or loop.time() - opened_at > 2 * self._expires_s:
+                    break
                 await _wait(self._changed, self._expires_s, None)
         finally:
             if isinstance(self._nc, LedgerClient):
