@@ -90,11 +90,16 @@ class LedgerClient(Client):
         """The subscription's messages go through its queue again."""
         self._handled_at_once.pop(subscription._id, None)
 
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        """nats-py's, and the subscription's handler goes with it."""
+        self._handled_at_once.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
+
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
     ) -> None:
         handler = self._handled_at_once.get(sid)
-        if handler is None or sid not in self._subs:
+        if handler is None:
             await super()._process_msg(sid, subject, reply, data, headers)
             return
         self.stats["in_msgs"] += 1
@@ -104,8 +109,8 @@ class LedgerClient(Client):
         )
         try:
             handler(message)
-        except Exception:  # the reading loop must go on: logged, as nats-py's error callback
-            log.exception("a message handler failed")
+        except Exception as exc:  # the reading loop must go on: logged, never the message
+            log.warning("a message handler failed", extra={"error": type(exc).__name__})
 
     async def _init_request_sub(self) -> None:
         """nats-py's one subscription for every reply, its replies handed over as read."""

@@ -106,8 +106,6 @@ class PullFlow:
                     break
                 await _wait(self._changed, self._expires_s, None)
         finally:
-            if isinstance(self._nc, LedgerClient):
-                self._nc.stop_handling(subscription)
             await subscription.unsubscribe()
 
     async def _ask(self, reply: str, batch: int) -> None:

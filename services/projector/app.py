@@ -39,6 +39,8 @@ from services.runtime import Runtime
 log = logging.getLogger("reminders.projector")
 
 FETCH_BATCH = 1000
+
+
 @dataclass
 class ProjectorWorker:
     """The projector worker: a pinned pull loop that folds events into the bucket."""
