@@ -5,10 +5,11 @@ Python process on stock nats-py.
 consumer on `AGENT_EVENTS` (the service's delivery: one subscription, one pull request open
 at a time, `services.adapters.pull_flow`) and, for each: parses its JSON without a model,
 reads the session's value from the projection bucket with one direct get (not parsed),
-sends one canned `evaluate` (one fired `idle_nudge`, as the benchmark's runtime events
-cause) with the event's ids, parses the reply and acks. No validation, no view, no
-evaluation, no session order: what is left is the messaging a providers process cannot
-avoid, in the same client library and process shape. It prints `ready` once it pulls.
+sends one canned `evaluate` (`bench.providers_throughput.evaluate_command`: one fired
+`idle_nudge`, as the benchmark's runtime events cause) with the event's ids, parses the
+reply and acks. No validation, no view, no evaluation, no session order: what is left is
+the messaging a providers process cannot avoid, in the same client library and process
+shape. It prints `ready` once it pulls.
 
 `python -m bench.providers_throughput` runs it in place of the providers service for a third
 phase, so the service's CPU per runtime event stands beside this floor.
@@ -24,27 +25,11 @@ import nats
 import orjson
 from nats.aio.msg import Msg
 
+from bench.providers_throughput import evaluate_command
 from contracts.subjects import EVALUATE_OP, command_subject, session_token
-from core.providers import evaluation_request_id
 from services.adapters.pull_flow import PullFlow
 from services.adapters.settings import Settings
 from services.providers.app import DURABLE
-
-#: What the benchmark's `session_idle` events make the real service send, besides the ids.
-EVALUATION = {
-    "provider_id": "idle_nudge",
-    "event": "session_idle",
-    "fired": True,
-    "reason": "fired",
-    "reminder": {
-        "body": "The session has been idle for 120 seconds.",
-        "tags": ["idle"],
-        "dedupe_key": "idle_nudge",
-        "ttl_turns": 1,
-        "propagate": "none",
-        "source": "stdlib_provider",
-    },
-}
 
 
 async def serve(url: str) -> None:
@@ -60,14 +45,7 @@ async def serve(url: str) -> None:
         session_id = event["session_id"]
         token = session_token(session_id)
         await nc.request(f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{token}", b"", timeout=5)
-        command = {
-            "session_id": session_id,
-            "request_id": evaluation_request_id(event["event_id"]),
-            "turn": event["turn"],
-            "runtime_event_id": event["event_id"],
-            "view_seq": 0,
-            "evaluations": [EVALUATION],
-        }
+        command = evaluate_command(session_id, event["event_id"], event["turn"])
         reply = await nc.request(subject, orjson.dumps(command), timeout=30)
         orjson.loads(reply.data)
         await message.ack()

@@ -42,18 +42,21 @@ from bench.common import UNLIMITED_ENV, CpuMeter, embedded_server, emit, null_pr
 from cli.provision import provision_all
 from cli.supervisor import spawn_service, stop_all, wait_ready
 from client.sdk import ReminderClient
+from core.providers import evaluation_request_id
 from services.adapters.settings import Settings
 
 #: Pause after each phase before its CPU is read, so the projector's last writes count in it.
 SETTLE_S = 0.5
 
 
-def evaluate_command(session_id: str, n: int) -> dict[str, object]:
+def evaluate_command(session_id: str, runtime_event_id: str, turn: int) -> dict[str, object]:
+    """One single-evaluation `evaluate` firing `idle_nudge`, as the providers service sends
+    for the benchmark's `session_idle` events (and the null providers in its place)."""
     return {
         "session_id": session_id,
-        "request_id": f"evaluate:direct-{n}",
-        "turn": 1,
-        "runtime_event_id": f"direct-{n}",
+        "request_id": evaluation_request_id(runtime_event_id),
+        "turn": turn,
+        "runtime_event_id": runtime_event_id,
         "view_seq": 0,
         "evaluations": [
             {
@@ -85,7 +88,7 @@ async def gateway_rate(url: str, events: int, sessions: int, concurrency: int) -
         nonlocal failed
         while not queue.empty():
             n = queue.get_nowait()
-            command = evaluate_command(f"direct-{n % sessions}", n)
+            command = evaluate_command(f"direct-{n % sessions}", f"direct-{n}", 1)
             response = await nc.request("reminders.v1.evaluate", orjson.dumps(command), timeout=30)
             failed += 0 if orjson.loads(response.data).get("ok") else 1
 
