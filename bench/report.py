@@ -172,6 +172,8 @@ FIGURES: tuple[Figure, ...] = (
         10,
         "value",
         "<=",
+        "raw_atomic_batch_p99_ms",
+        "one atomic batch (synced commit), p99, ms",
     ),
     Figure(
         "stats_all",

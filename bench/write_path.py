@@ -11,7 +11,11 @@
   request and reply hops alone (`bench.null_gateway --echo`, one request after another) and
   the gateway's CPU per command, in all and by stage (a second pass with the stage profile).
 - `inject_visible`: light load; from sending an inject to a `state` query with `min_seq` = the
-  reply's session_seq returning through the gateway, with the projector running.
+  reply's session_seq returning through the gateway, with every service running; split at the
+  inject's reply (what the commit took, what reading it back took). Baseline: one
+  single-message atomic batch after another on the same server once the services are
+  stopped, the part of the inject's reply no service can go below (an atomic commit of a
+  stream of one replica is synced to disk before its PubAck).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -292,40 +297,63 @@ def sequential_latency(count: int) -> dict[str, Any]:
     }
 
 
-async def visible_latencies(url: str, sessions: int, count: int) -> tuple[list[float], int, int]:
-    """Milliseconds from sending an inject to its `state` (min_seq) reply, one at a time over
-    `sessions` sessions; with the number of stale answers and failed commands."""
+@dataclass
+class Visible:
+    """One light-load run of inject → visible: per command, ms to the inject's reply and ms
+    to the `state` reply (both from sending the inject)."""
+
+    replies: list[float] = field(default_factory=list)
+    visible: list[float] = field(default_factory=list)
+    stale: int = 0
+    failed: int = 0
+
+
+async def visible_latencies(url: str, sessions: int, count: int) -> Visible:
+    """Milliseconds from sending an inject to its reply and to its `state` (min_seq) reply,
+    one command at a time over `sessions` sessions."""
     nc = await nats.connect(url)
     client = ReminderClient(nc, timeout_s=30)
-    latencies, stale, failed = [], 0, 0
+    run = Visible()
     for n in range(count):
         session_id = f"visible-{n % sessions}"
         started = time.perf_counter()
         reply = await client.request("inject", inject_payload(session_id, n))
+        replied = time.perf_counter()
         if not reply.get("ok"):
-            failed += 1
+            run.failed += 1
             continue
         state = await client.request(
             "state", {"session_id": session_id, "min_seq": reply["session_seq"]}
         )
-        latencies.append((time.perf_counter() - started) * 1000)
-        stale += 1 if state.get("stale") or not state.get("ok") else 0
+        run.replies.append((replied - started) * 1000)
+        run.visible.append((time.perf_counter() - started) * 1000)
+        run.stale += 1 if state.get("stale") or not state.get("ok") else 0
     await nc.close()
-    return latencies, stale, failed
+    return run
 
 
 def inject_visible(sessions: int, count: int) -> dict[str, Any]:
-    """Inject → visible in `state` through the gateway with every service running."""
+    """Inject → visible in `state` through the gateway with every service running, split at
+    the inject's reply; beside it, single-message atomic batches on the same server."""
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
         with running_services(server.url, SERVICES):
             asyncio.run(warm_up(server.url))
-            measured, stale, failed = asyncio.run(visible_latencies(server.url, sessions, count))
+            run = asyncio.run(visible_latencies(server.url, sessions, count))
+        # After the services stop, so no projector or observer shares the cores with it.
+        baseline = asyncio.run(raw_sequential(server.url, count))
+    after_reply = [visible - reply for visible, reply in zip(run.visible, run.replies, strict=True)]
     return {
         "sessions": sessions,
         "commands": count,
-        "visible_p50_ms": percentile(measured, 0.5),
-        "visible_p99_ms": percentile(measured, 0.99),
-        "stale_answers": stale,
-        "failed_commands": failed,
+        "visible_p50_ms": percentile(run.visible, 0.5),
+        "visible_p99_ms": percentile(run.visible, 0.99),
+        "inject_reply_p50_ms": percentile(run.replies, 0.5),
+        "inject_reply_p99_ms": percentile(run.replies, 0.99),
+        "reply_to_visible_p50_ms": percentile(after_reply, 0.5),
+        "reply_to_visible_p99_ms": percentile(after_reply, 0.99),
+        "raw_atomic_batch_p50_ms": percentile(baseline, 0.5),
+        "raw_atomic_batch_p99_ms": percentile(baseline, 0.99),
+        "stale_answers": run.stale,
+        "failed_commands": run.failed,
     }

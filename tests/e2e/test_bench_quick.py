@@ -52,6 +52,13 @@ def test_the_quick_bench_runs_every_scenario_and_reports_numbers(tmp_path: Path)
     assert sequential["echo_round_trip_p50_ms"] > 0, sequential
     assert sequential["gateway_stages_us_per_command"]["decide"] > 0, sequential
     assert scenarios["rebuild"]["rebuild_peak_rss_mib"] > 0
+    visible = scenarios["inject_visible"]
+    # Split at the inject's reply: the two parts make up the whole (p50s of parts need not
+    # add up exactly), and the synced commit is measured beside it.
+    assert 0 < visible["inject_reply_p50_ms"] < visible["visible_p50_ms"], visible
+    assert 0 < visible["reply_to_visible_p50_ms"] < visible["visible_p50_ms"], visible
+    assert visible["raw_atomic_batch_p50_ms"] > 0, visible
+    assert printed["figures"]["inject_visible_p99"]["baseline"] > 0
     for name in ("projector_10k", "projector_100k"):
         stages = scenarios[name]["projector_stages_us_per_event"]
         assert stages["total"] > 0 and stages["validate_chain_fold"] > 0, (name, stages)
