@@ -9,11 +9,17 @@ from core.providers.config import (
     default_config,
     parse_config,
 )
-from core.providers.evaluate import evaluate_event, evaluation_request_id
+from core.providers.evaluate import (
+    NOT_IN_VIEW,
+    evaluate_event,
+    evaluation_request_id,
+    provider_view,
+)
 from core.providers.model import PluginFn, Provider, ProviderResult, fired, skipped
 
 __all__ = [
     "MAX_ENABLED",
+    "NOT_IN_VIEW",
     "PluginFn",
     "Provider",
     "ProviderResult",
@@ -25,5 +31,6 @@ __all__ = [
     "evaluation_request_id",
     "fired",
     "parse_config",
+    "provider_view",
     "skipped",
 ]

@@ -13,6 +13,11 @@ here, once, for every provider alike:
 - past `max_bytes_per_turn` of provider bodies in the session and turn → `budget_exceeded`;
 - a provider named by an active `provider_id` mute → `muted`, without being called.
 
+Every provider sees the session's state without the gateway's remembered replies
+(`NOT_IN_VIEW`): they are the gateway's memory of request ids, not the session's reminders,
+and the largest part of a busy session's value, so the providers service does not even
+validate them when it reads a view, and a replay's re-evaluation gives the same view.
+
 A fired reminder that sets no `source` gets `stdlib_provider` (plug-ins included) and one
 that sets no `fired_at_turn` fires at the runtime event's turn (SPEC §9.3.1); an
 `unchanged_durable_reminder` skip names the live reminder it kept.
@@ -35,6 +40,17 @@ from core.cost import provider_muted
 from core.providers.config import ProvidersConfig
 from core.providers.model import PROVIDER_SOURCE, Provider, ProviderResult
 from core.rules import once_latched, provider_mark, unchanged_durable
+
+#: Top-level fields of the session's state that a provider's view leaves at their defaults:
+#: the remembered replies (the last 256 request ids' replies, a render's with its text).
+NOT_IN_VIEW: frozenset[str] = frozenset({"recent_replies"})
+
+
+def provider_view(state: SessionState) -> SessionState:
+    """The view providers are given of a session's state: without what `NOT_IN_VIEW` names."""
+    if not state.recent_replies:
+        return state
+    return state.model_copy(update={"recent_replies": []})
 
 
 def evaluation_request_id(runtime_event_id: str) -> str:
@@ -60,7 +76,9 @@ def _spent(view: SessionState, turn: int) -> int:
 def evaluate_event(
     view: SessionState, event: RuntimeEvent, config: ProvidersConfig
 ) -> list[Evaluation]:
-    """Every evaluation of one runtime event, in configuration order."""
+    """Every evaluation of one runtime event, in configuration order, on the providers' view
+    of the session (`provider_view`)."""
+    view = provider_view(view)
     evaluations: list[Evaluation] = []
     spent = _spent(view, event.turn)
     disabled = {provider.id for provider in config.disabled}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,20 +68,32 @@ class Projected:
     #: Whether the value has exactly the top-level fields of the current `SessionState`, so
     #: it can be passed on as the reply's state as stored (`encode_state` wrote it).
     current: bool = False
+    #: The value as parsed, when its reader keeps it (`BucketReader(keep_parsed=True)`), so
+    #: the model is built without parsing the bytes a second time.
+    parsed: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_state(self) -> bool:
         """A session state (not an empty key, not a tombstone)."""
         return bool(self.value) and self.purged_through is None
 
-    def session_state(self) -> SessionState | None:
-        """The full model (None for an empty key or a tombstone)."""
-        return SessionState.model_validate_json(self.value) if self.is_state else None
+    def session_state(self, leave_out: Collection[str] = ()) -> SessionState | None:
+        """The model (None for an empty key or a tombstone). The top-level fields named in
+        `leave_out` are neither validated nor kept: the model has their defaults."""
+        if not self.is_state:
+            return None
+        if not leave_out and self.parsed is None:
+            return SessionState.model_validate_json(self.value)
+        raw = self.parsed if self.parsed is not None else orjson.loads(self.value)
+        return SessionState.model_validate(
+            {key: value for key, value in raw.items() if key not in leave_out}
+        )
 
 
-def read_projected(value: bytes | None) -> Projected:
-    """A bucket value as a `Projected` (an empty or deleted one: an empty record);
-    `ValueError` for what the projector would not write."""
+def read_projected(value: bytes | None, keep_parsed: bool = False) -> Projected:
+    """A bucket value as a `Projected` (an empty or deleted one: an empty record), holding
+    the parsed value too if `keep_parsed`; `ValueError` for what the projector would not
+    write."""
     if not value:
         return Projected()
     raw: Any = orjson.loads(value)
@@ -95,6 +107,7 @@ def read_projected(value: bytes | None) -> Projected:
         session_seq=_int(raw, "session_seq"),
         stream_seq=_int(raw, "stream_seq"),
         current=_REQUIRED_STATE_KEYS <= keys <= _STATE_KEYS,
+        parsed=raw if keep_parsed else None,
     )
 
 
@@ -232,19 +245,28 @@ class ProjectionWatch:
 
 class BucketReader:
     """Reads a bucket's values as `Projected`, and waits on the process's one shared watch
-    until a value is ready."""
+    until a value is ready. With `keep_parsed`, a value it reads holds its parse (`Projected.
+    parsed`) for a caller that builds the model from each (the providers); a gateway passes
+    the bytes on and keeps none."""
 
     def __init__(
-        self, nc: Client, bucket: str, max_waiting: int, max_waiting_per_session: int
+        self,
+        nc: Client,
+        bucket: str,
+        max_waiting: int,
+        max_waiting_per_session: int,
+        keep_parsed: bool = False,
     ) -> None:
         self._nc = nc
         self._bucket = bucket
+        self._keep_parsed = keep_parsed
         self.watch = ProjectionWatch(nc, bucket, max_waiting, max_waiting_per_session)
 
     async def get(self, token: str, timeout_s: float = READ_TIMEOUT_S) -> Projected:
         """The key's last value (`read_last_value`: one direct get, parsed with `orjson`);
         a missing, deleted or purged key is an empty record."""
-        return read_projected(await read_last_value(self._nc, self._bucket, token, timeout_s))
+        value = await read_last_value(self._nc, self._bucket, token, timeout_s)
+        return read_projected(value, self._keep_parsed)
 
     async def until(
         self, token: str, ready: Callable[[Projected], bool], timeout_s: float

@@ -10,9 +10,10 @@ The view is read straight from the projection bucket, not through the gateway's 
 query: one direct get of the session's key (a missing key or a tombstone is an empty view).
 Older than `min_seq`: waited for on the replica's one shared watch of the bucket (the
 gateway's kind, `services.adapters.projection`: one consumer per process, not one per read,
-and no polling) for up to 2 s, then redelivered after 0.5 s. A value is parsed only as far
-as its sequences until it is ready, and into the full model once. The gateway then spends
-its CPU on the `evaluate` alone.
+and no polling) for up to 2 s, then redelivered after 0.5 s. A value is parsed once, its
+sequences looked at until it is ready, and the model built from that parse once, without
+the gateway's remembered replies (`core.providers.NOT_IN_VIEW`). The gateway then spends its
+CPU on the `evaluate` alone.
 
 Settling: an undecodable or invalid runtime event goes to the DLQ with its code (it never
 stalls the consumer); the gateway away, busy or in conflict → redelivered after a delay; a
@@ -41,7 +42,12 @@ from contracts.subjects import (
     last_token,
     session_token,
 )
-from core.providers import ProvidersConfig, evaluate_event, evaluation_request_id
+from core.providers import (
+    NOT_IN_VIEW,
+    ProvidersConfig,
+    evaluate_event,
+    evaluation_request_id,
+)
 from services.adapters.memory import collect_less_often
 from services.adapters.plugins import load_providers_config
 from services.adapters.projection import BucketReader, Projected, TooManyWaiting
@@ -148,7 +154,10 @@ async def read_view(
         return record.session_seq >= min_seq
 
     record, stale = await reads.until(session_token(session_id), covers, wait_s)
-    return record.session_state() or SessionState(session_id=session_id), stale
+    # What the providers' view leaves out is not even validated: most of a busy session's
+    # value, and most of what building its model cost.
+    view = record.session_state(leave_out=NOT_IN_VIEW)
+    return view or SessionState(session_id=session_id), stale
 
 
 async def handle_runtime_event(
@@ -252,6 +261,7 @@ class Providers:
             self.settings.kv_bucket,
             max_waiting=MAX_WAITING_VIEWS,
             max_waiting_per_session=MAX_WAITING_VIEWS_PER_SESSION,
+            keep_parsed=True,
         )
 
         def count(provider_id: str, reason: str) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 
 from contracts.agent_events import RuntimeEvent, decode_runtime_event
 from contracts.records import Tombstone
@@ -17,7 +18,8 @@ from core.providers import default_config, evaluation_request_id
 from services.adapters.projection import Projected, TooManyWaiting, read_projected
 from services.adapters.record_codec import encode_state
 from services.consumer import ACK, dead_letter, retry
-from services.providers.app import LastReplies, handle_runtime_event
+from services.providers.app import LastReplies, handle_runtime_event, read_view
+from tests.support import Driver
 
 AT = "2026-11-29T15:04:05.123Z"
 SESSION = "s-view"
@@ -41,10 +43,11 @@ class Bucket:
     """A fake read port: the values one key takes, one after another (the last stays); a wait
     sees them in order until one is ready, or runs out (stale)."""
 
-    def __init__(self, *values: bytes | Exception | None) -> None:
+    def __init__(self, *values: bytes | Exception | None, keep_parsed: bool = False) -> None:
         self.values = list(values)
         self.keys: list[str] = []
         self.seen = 0
+        self.keep_parsed = keep_parsed
 
     async def until(
         self, token: str, ready: Callable[[Projected], bool], timeout_s: float
@@ -54,7 +57,7 @@ class Bucket:
             self.seen += 1
             if isinstance(value, Exception):
                 raise value
-            record = read_projected(value)
+            record = read_projected(value, self.keep_parsed)
             if ready(record):
                 return record, False
         return record, True
@@ -170,3 +173,46 @@ async def test_the_evaluate_reply_settles_as_before() -> None:
         else:
             assert outcome == expected
         assert replies.get(SESSION) is None
+
+
+def busy() -> SessionState:
+    """A session with live reminders, a turn, and the gateway's full window of remembered
+    replies (each inject sent with a request id)."""
+    driver = Driver(SESSION)
+    for n in range(260):
+        driver.ok("inject", request_id=f"r-{n}", reminder={"body": f"n {n}", "dedupe_key": "k"})
+    driver.ok("end_turn", turn=1)
+    assert len(driver.state.recent_replies) == 256 and driver.state.pending
+    return driver.state
+
+
+@pytest.mark.parametrize("keep_parsed", [False, True])
+async def test_the_view_is_the_sessions_state_without_the_remembered_replies(
+    keep_parsed: bool,
+) -> None:
+    full = busy()
+    bucket = Bucket(encode_state(full), keep_parsed=keep_parsed)
+    view, stale = await read_view(SESSION, bucket, full.session_seq)
+    assert not stale
+    assert view.recent_replies == []
+    assert view == full.model_copy(update={"recent_replies": []})
+
+
+async def test_remembered_replies_are_not_validated_for_a_view_and_the_rest_is() -> None:
+    raw = orjson.loads(encode_state(busy()))
+    raw["recent_replies"] = [{"not": "a remembered reply"}]
+    view, _ = await read_view(SESSION, Bucket(orjson.dumps(raw)), 0)
+    assert view.recent_replies == [] and view.pending
+    raw["pending"] = [{"not": "a pending row"}]
+    with pytest.raises(ValueError):
+        await read_view(SESSION, Bucket(orjson.dumps(raw)), 0)
+
+
+def test_a_record_builds_the_same_model_from_its_parse_as_from_its_bytes() -> None:
+    value = encode_state(busy())
+    kept, unkept = read_projected(value, keep_parsed=True), read_projected(value)
+    assert kept.parsed is not None and unkept.parsed is None
+    assert kept.session_state() == unkept.session_state() == SessionState.model_validate_json(value)
+    left_out = {"recent_replies", "seen_ids"}
+    assert kept.session_state(left_out) == unkept.session_state(left_out)
+    assert kept.session_state(left_out) is not None
