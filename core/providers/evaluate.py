@@ -41,16 +41,18 @@ from core.providers.config import ProvidersConfig
 from core.providers.model import PROVIDER_SOURCE, Provider, ProviderResult
 from core.rules import once_latched, provider_mark, unchanged_durable
 
-#: Top-level fields of the session's state that a provider's view leaves at their defaults:
-#: the remembered replies (the last 256 request ids' replies, a render's with its text).
+#: Top-level fields of the session's state that a provider's view leaves empty (each a list,
+#: empty by default): the remembered replies (the last 256 request ids' replies, a render's
+#: with its text).
 NOT_IN_VIEW: frozenset[str] = frozenset({"recent_replies"})
 
 
 def provider_view(state: SessionState) -> SessionState:
-    """The view providers are given of a session's state: without what `NOT_IN_VIEW` names."""
-    if not state.recent_replies:
+    """The view providers are given of a session's state: what `NOT_IN_VIEW` names left
+    empty (the state itself when it already is)."""
+    if not any(getattr(state, name) for name in NOT_IN_VIEW):
         return state
-    return state.model_copy(update={"recent_replies": []})
+    return state.model_copy(update={name: [] for name in NOT_IN_VIEW})
 
 
 def evaluation_request_id(runtime_event_id: str) -> str:

@@ -357,6 +357,8 @@ def test_a_plug_in_sees_the_state_without_the_remembered_replies_and_nothing_els
     state = SessionState(session_id="s1", turn=4, session_seq=9, recent_replies=replies)
     run_plugin(plugin, view=state)
     assert {"recent_replies"} == NOT_IN_VIEW
+    # Left empty is left at the default: each is a list, empty unless something was recorded.
+    assert all(getattr(SessionState(), name) == [] for name in NOT_IN_VIEW)
     assert seen == [state.model_copy(update={"recent_replies": []})]
     assert provider_view(state) == seen[0]
     # A state without replies is the view as it is (no copy).
