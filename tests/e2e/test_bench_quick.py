@@ -106,3 +106,17 @@ def test_the_sequential_trace_accounts_for_every_segment_of_a_command() -> None:
     # The segments follow one another: each command's sum is its whole latency.
     assert traced["total_p50_us"] >= segments["atomic_batch"], traced
     assert traced["raw_atomic_batch_p50_us"] > 0 and traced["echo_round_trip_p50_us"] > 0
+
+
+def test_old_sessions_report_the_providers_cpu_on_sessions_holding_remembered_replies(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "old.json"
+    args = ["--sessions", "3", "--prefill", "10", "--events", "12", "--output", str(output)]
+    result = _module("bench.old_sessions", *args, timeout_s=300)
+    measured = json.loads(result.stdout)
+    assert json.loads(output.read_text(encoding="utf-8")) == measured
+    assert measured["cpu_ms_per_runtime_event"]["providers"] > 0, measured
+    assert measured["runtime_events_per_s"] > 0, measured
+    # Ten remembered replies and more: larger than a fresh session's value.
+    assert measured["value_bytes"] > 2000, measured
