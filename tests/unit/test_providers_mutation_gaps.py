@@ -13,15 +13,13 @@ import pytest
 from contracts.agent_events import RuntimeEvent
 from contracts.errors import ErrorCode
 from contracts.events import MuteSelector
-from contracts.state import ActiveMute, RecentReply, SessionState
+from contracts.state import ActiveMute, SessionState
 from core.providers import (
-    NOT_IN_VIEW,
     ProviderResult,
     ProvidersConfigError,
     build_config,
     evaluate_event,
     parse_config,
-    provider_view,
     skipped,
 )
 from core.providers.rules import MATCH_TIMEOUT_S, evaluate_rule
@@ -344,26 +342,6 @@ def test_a_plug_in_sees_the_view_the_event_and_its_own_config() -> None:
         True,
         {"source": "stdlib_provider", "fired_at_turn": 1, "body": "hello"},
     )
-
-
-def test_a_plug_in_sees_the_state_without_the_remembered_replies_and_nothing_else_missing() -> None:
-    seen: list[SessionState] = []
-
-    def plugin(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> object:
-        seen.append(view)
-        return None
-
-    replies = [RecentReply(request_id=f"r-{n}", reply={"ok": True}) for n in range(3)]
-    state = SessionState(session_id="s1", turn=4, session_seq=9, recent_replies=replies)
-    run_plugin(plugin, view=state)
-    assert {"recent_replies"} == NOT_IN_VIEW
-    # Left empty is left at the default: each is a list, empty unless something was recorded.
-    assert all(getattr(SessionState(), name) == [] for name in NOT_IN_VIEW)
-    assert seen == [state.model_copy(update={"recent_replies": []})]
-    assert provider_view(state) == seen[0]
-    # A state without replies is the view as it is (no copy).
-    bare = SessionState(session_id="s1", turn=4)
-    assert provider_view(bare) is bare
 
 
 def test_a_plug_in_subscribes_to_what_it_names_or_else_to_every_kind() -> None:

@@ -4,7 +4,7 @@ server in tests/integration), with `min_seq`, and how each answer settles the ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -12,9 +12,16 @@ import pytest
 
 from contracts.agent_events import RuntimeEvent, decode_runtime_event
 from contracts.records import Tombstone
-from contracts.state import SessionState
+from contracts.state import RecentReply, SessionState
 from contracts.subjects import EVALUATE_OP, session_token
-from core.providers import default_config, evaluation_request_id
+from core.providers import (
+    NOT_IN_VIEW,
+    build_config,
+    default_config,
+    evaluate_event,
+    evaluation_request_id,
+    provider_view,
+)
 from services.adapters.projection import Projected, TooManyWaiting, read_projected
 from services.adapters.record_codec import encode_state
 from services.consumer import ACK, dead_letter, retry
@@ -216,3 +223,23 @@ def test_a_record_builds_the_same_model_from_its_parse_as_from_its_bytes() -> No
     left_out = {"recent_replies", "seen_ids"}
     assert kept.session_state(left_out) == unkept.session_state(left_out)
     assert kept.session_state(left_out) is not None
+
+
+def test_a_plug_in_sees_the_state_without_the_remembered_replies_and_nothing_else_missing() -> None:
+    seen: list[SessionState] = []
+
+    def plugin(view: SessionState, event: RuntimeEvent, config: Mapping[str, Any]) -> object:
+        seen.append(view)
+        return None
+
+    replies = [RecentReply(request_id=f"r-{n}", reply={"ok": True}) for n in range(3)]
+    state = SessionState(session_id=SESSION, turn=4, session_seq=9, recent_replies=replies)
+    evaluate_event(state, truncated(), build_config({"providers": ["mine"]}, {"mine": plugin}))
+    assert {"recent_replies"} == NOT_IN_VIEW
+    # Left empty is left at the default: each is a list, empty unless something was recorded.
+    assert all(getattr(SessionState(), name) == [] for name in NOT_IN_VIEW)
+    assert seen == [state.model_copy(update={"recent_replies": []})]
+    assert provider_view(state) == seen[0]
+    # A state without replies is the view as it is (no copy).
+    bare = SessionState(session_id=SESSION, turn=4)
+    assert provider_view(bare) is bare
