@@ -48,8 +48,9 @@ def max_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def emit(name: str, result: dict[str, Any]) -> None:
-    """Print the result as JSON and write it to bench/results/NAME.json."""
+def emit(name: str, result: dict[str, Any], output: Path | None = None) -> None:
+    """Print the result as JSON and write it to bench/results/NAME.json (to `output` instead,
+    when given: a trial run leaves the committed results alone)."""
     result = {
         "benchmark": name,
         "python": sys.version.split()[0],
@@ -59,8 +60,10 @@ def emit(name: str, result: dict[str, Any]) -> None:
     }
     text = json.dumps(result, indent=2, sort_keys=True)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+    if output is None:
+        RESULTS.mkdir(exist_ok=True)
+        output = RESULTS / f"{name}.json"
+    output.write_text(text + "\n", encoding="utf-8")
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import nats
 
-from bench.common import UNLIMITED_ENV, CpuMeter, embedded_server, emit
-from bench.providers_throughput import SETTLE_S, providers_rate
-from cli.provision import provision_all
-from cli.supervisor import spawn_service, stop_all, wait_ready
+from bench.common import CpuMeter, emit
+from bench.providers_throughput import SETTLE_S, providers_rate, providers_stack
 from client.sdk import ReminderClient
 from contracts.subjects import session_token
 from services.adapters.records import read_last_value
@@ -74,29 +69,14 @@ async def value_bytes(url: str, settings: Settings) -> int:
 
 async def measure(sessions: int, prefill_commands: int, events: int) -> dict[str, Any]:
     """Prefill, then the providers' CPU per runtime event on those sessions."""
-    with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
-        settings = Settings.from_env({}, nats_url=server.url)
-        nc = await nats.connect(server.url)
-        await provision_all(nc, settings)
-        await nc.close()
-        services = [
-            spawn_service(name, settings, Path(logs) / f"{name}.log", UNLIMITED_ENV)
-            for name in ("gateway", "projector", "providers")
-        ]
-        try:
-            wait_ready(services, timeout_s=30)
-            pids = {service.name: service.process.pid for service in services}
-            assert server.process is not None
-            pids |= {"nats-server": server.process.pid, "load": os.getpid()}
-            await prefill(server.url, sessions, prefill_commands)
-            await asyncio.sleep(SETTLE_S * 4)  # the projector's writes of the prefill
-            size = await value_bytes(server.url, settings)
-            meter = CpuMeter(pids)
-            runtime = await providers_rate(server.url, settings, events, sessions, PREFIX)
-            await asyncio.sleep(SETTLE_S)
-            per_event = meter.ms_per(events)
-        finally:
-            stop_all(services)
+    async with providers_stack() as stack:
+        await prefill(stack.url, sessions, prefill_commands)
+        await asyncio.sleep(SETTLE_S * 4)  # the projector's writes of the prefill
+        size = await value_bytes(stack.url, stack.settings)
+        meter = CpuMeter(stack.pids)
+        runtime = await providers_rate(stack.url, stack.settings, events, sessions, PREFIX)
+        await asyncio.sleep(SETTLE_S)
+        per_event = meter.ms_per(events)
     return {
         "sessions": sessions,
         "prefill_commands_per_session": prefill_commands,
@@ -114,13 +94,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--output", type=Path, help="write here instead of bench/results/")
     args = parser.parse_args()
-    result = asyncio.run(measure(args.sessions, args.prefill, args.events))
-    if args.output is None:
-        emit("old_sessions", result)
-    else:
-        text = json.dumps({"benchmark": "old_sessions", **result}, indent=2, sort_keys=True)
-        args.output.write_text(text + "\n", encoding="utf-8")
-        print(text)
+    emit(
+        "old_sessions", asyncio.run(measure(args.sessions, args.prefill, args.events)), args.output
+    )
 
 
 if __name__ == "__main__":

@@ -30,17 +30,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import tempfile
 import time
-from pathlib import Path
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import nats
 import orjson
 from nats.aio.client import Client as NATS
 
-from bench.common import UNLIMITED_ENV, CpuMeter, embedded_server, emit, null_process, rate
-from cli.provision import provision_all
-from cli.supervisor import spawn_service, stop_all, wait_ready
+from bench.common import (
+    CpuMeter,
+    embedded_server,
+    emit,
+    null_process,
+    provision_server,
+    rate,
+    running_services,
+)
+from cli.supervisor import ServiceProcess, stop_all
 from client.sdk import ReminderClient
 from core.providers import evaluation_request_id
 from services.adapters.settings import Settings
@@ -139,39 +147,49 @@ async def providers_rate(
     return rate(events, elapsed)
 
 
-async def measure(events: int, sessions: int, concurrency: int) -> dict[str, object]:
-    with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
+@dataclass(frozen=True)
+class ProvidersStack:
+    """A provisioned embedded server with gateway, projector and providers processes ready,
+    and the pid of every process the CPU accounting reads (this one as `load`)."""
+
+    url: str
+    settings: Settings
+    services: dict[str, ServiceProcess]
+    pids: dict[str, int]
+
+
+@asynccontextmanager
+async def providers_stack() -> AsyncIterator[ProvidersStack]:
+    """The three services a runtime event goes through, on a fresh embedded server."""
+    with embedded_server() as server:
         settings = Settings.from_env({}, nats_url=server.url)
-        nc = await nats.connect(server.url)
-        await provision_all(nc, settings)
-        await nc.close()
-        services = [
-            spawn_service(name, settings, Path(logs) / f"{name}.log", UNLIMITED_ENV)
-            for name in ("gateway", "projector", "providers")
-        ]
-        try:
-            wait_ready(services, timeout_s=30)
-            pids = {service.name: service.process.pid for service in services}
+        await provision_server(server.url, settings)
+        with running_services(server.url, ("gateway", "projector", "providers")) as services:
             assert server.process is not None
+            pids = {name: service.process.pid for name, service in services.items()}
             pids |= {"nats-server": server.process.pid, "load": os.getpid()}
-            await gateway_rate(server.url, 200, sessions, concurrency)  # warm-up
+            yield ProvidersStack(server.url, settings, services, pids)
+
+
+async def measure(events: int, sessions: int, concurrency: int) -> dict[str, object]:
+    async with providers_stack() as stack:
+        url, pids = stack.url, stack.pids
+        await gateway_rate(url, 200, sessions, concurrency)  # warm-up
+        meter = CpuMeter(pids)
+        gateway, failed = await gateway_rate(url, events, sessions, concurrency)
+        await asyncio.sleep(SETTLE_S)  # the projector's last writes belong to this phase
+        per_command = meter.ms_per(events)
+        meter = CpuMeter(pids)
+        runtime = await providers_rate(url, stack.settings, events, sessions)
+        await asyncio.sleep(SETTLE_S)
+        per_runtime_event = meter.ms_per(events)
+        stop_all([stack.services["providers"]])  # the null providers take its place
+        with null_process("bench.null_providers", url) as null:
+            pids["providers"] = null.pid
             meter = CpuMeter(pids)
-            gateway, failed = await gateway_rate(server.url, events, sessions, concurrency)
-            await asyncio.sleep(SETTLE_S)  # the projector's last writes belong to this phase
-            per_command = meter.ms_per(events)
-            meter = CpuMeter(pids)
-            runtime = await providers_rate(server.url, settings, events, sessions)
+            null_rate = await providers_rate(url, stack.settings, events, sessions, "nl-")
             await asyncio.sleep(SETTLE_S)
-            per_runtime_event = meter.ms_per(events)
-            stop_all(services[2:])  # the providers: the null providers take their place
-            with null_process("bench.null_providers", server.url) as null:
-                pids["providers"] = null.pid
-                meter = CpuMeter(pids)
-                null_rate = await providers_rate(server.url, settings, events, sessions, "nl-")
-                await asyncio.sleep(SETTLE_S)
-                per_null_event = meter.ms_per(events)
-        finally:
-            stop_all(services)
+            per_null_event = meter.ms_per(events)
     return {
         "events": events,
         "sessions": sessions,
