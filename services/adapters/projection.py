@@ -85,9 +85,9 @@ class Projected:
         if not leave_out and self.parsed is None:
             return SessionState.model_validate_json(self.value)
         raw = self.parsed if self.parsed is not None else orjson.loads(self.value)
-        return SessionState.model_validate(
-            {key: value for key, value in raw.items() if key not in leave_out}
-        )
+        if leave_out:
+            raw = {key: value for key, value in raw.items() if key not in leave_out}
+        return SessionState.model_validate(raw)
 
 
 def read_projected(value: bytes | None, keep_parsed: bool = False) -> Projected:
