@@ -102,18 +102,19 @@ class Batch:
         history's directive ids are counted row by row: an id injected again after it
         expired is listed by each envelope that delivered it, yet seen once."""
         scratch = self.scratch
-        if scratch.providers is not None:
-            return False
+        history = (scratch.seen_ids, scratch.revoked_ids, scratch.fired_ids)
         bound = state_upper_bound(
             config,
             rows=len(scratch.pending) + len(scratch.queued),
             delivered_rows=len(scratch.delivered),
             delivered_ids=sum(len(row.directive_ids) for row in scratch.delivered),
             replies=len(scratch.recent_replies),
-            history_ids=len(scratch.seen_ids) + len(scratch.revoked_ids) + len(scratch.fired_ids),
+            history_ids=sum(map(len, history)),
+            history_chars=sum(sum(map(len, ids)) for ids in history),
             inherited=len(scratch.inherited_from),
             mutes=len(scratch.mutes),
             acknowledged=len(scratch.acknowledged),
+            provider_marks=0 if scratch.providers is None else len(scratch.providers.marks),
         )
         return bound + remembered_bytes + _STATE_SLACK <= config.max_payload_bytes
 

@@ -177,6 +177,11 @@ _MUTE = 200 + _REMINDER_ID + (128 + 128 + 256) * ID_CHAR_BYTES
 _ACK = 48
 #: A pending or queued row apart from its spec; a delivered row apart from text and ids.
 _ROW = 160
+#: The providers' trail apart from its marks: its key, three counters and their keys.
+_PROVIDERS = 256
+#: One provider's mark: its id (≤ 128 characters, which the contract does not keep from
+#: being control characters), its three integers and their keys.
+_MARK = 128 * ESCAPED_CHAR_BYTES + 2 + 128
 
 
 @dataclass(frozen=True)
@@ -235,9 +240,11 @@ def state_upper_bound(
     delivered_ids: int,
     replies: int,
     history_ids: int,
+    history_chars: int,
     inherited: int,
     mutes: int,
     acknowledged: int,
+    provider_marks: int,
 ) -> int:
     """An upper bound of a state's stored size from counts alone (cheap on the hot path).
 
@@ -245,10 +252,12 @@ def state_upper_bound(
     envelopes and digests holding at most `delivered_ids` directive ids (their full texts
     within what the fold keeps); `replies` remembered replies (their bodies within
     `RECENT_REPLIES_BYTES`);
-    `history_ids` seen, revoked and fired reminder ids; `inherited` applied handoff ids;
-    `mutes` active mutes; `acknowledged` acknowledged reminders. When it is
-    within `max_payload_bytes`, `decide` need not serialise the state to know it fits;
-    providers' latches are not counted (a session holding them is measured).
+    `history_ids` seen, revoked and fired reminder ids of `history_chars` characters in all
+    (a session that lived long holds thousands: their length, not the longest an id may be,
+    keeps the bound useful for it); `inherited` applied handoff ids;
+    `mutes` active mutes; `acknowledged` acknowledged reminders; `provider_marks` providers'
+    latches (the providers' trail is always counted, present or not). When it is within
+    `max_payload_bytes`, `decide` need not serialise the state to know it fits.
     """
     reminder_id = _REMINDER_ID + 1
     return (
@@ -260,10 +269,13 @@ def state_upper_bound(
         + delivered_ids * reminder_id
         + RECENT_REPLIES_BYTES
         + replies * (_IDENT + 32)
-        + history_ids * reminder_id
+        + history_ids * 3  # the quotes and the comma
+        + history_chars * ID_CHAR_BYTES
         + inherited * (_IDENT + 1)
         + mutes * _MUTE
         + acknowledged * (reminder_id + _ACK)
+        + _PROVIDERS
+        + provider_marks * _MARK
     )
 
 

@@ -83,13 +83,28 @@ def test_the_state_check_leaves_room_for_the_stream_seq_and_the_framing_and_no_m
 
 
 def test_a_session_whose_provider_latches_outgrow_the_bound_from_counts_is_measured() -> None:
-    # The bound from counts leaves provider latches out, so such a session is always
-    # measured: here the latches alone are larger than that bound.
+    # The bound from counts allows each latch its longest id: here the latches alone are
+    # larger than the limit, so the bound cannot show it fits and the state is measured.
     mark = ProviderMark(fired_count=1, level=2, last_fired_turn=3)
     marks = {long_id(n): mark for n in range(900)}
     state = SessionState(session_id="s1", providers=ProvidersState(marks=marks))
     limit = len(state.model_dump_json().encode())
     assert_too_large(inject_into(state, limit), "state", limit)
+
+
+def test_a_session_with_a_few_provider_latches_is_not_serialised_to_know_it_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A session the providers evaluated holds their latches; the bound counts them, so the
+    # state of such a session is not written out on every command to measure it.
+    mark = ProviderMark(fired_count=1, level=2, last_fired_turn=3)
+    state = SessionState(session_id="s1", providers=ProvidersState(marks={"idle_nudge": mark}))
+
+    def measured(self: SessionState, **_: object) -> str:
+        raise AssertionError("the state was serialised to measure it")
+
+    monkeypatch.setattr(SessionState, "model_dump_json", measured)
+    assert inject_into(state, 1024 * 1024).ok
 
 
 @pytest.mark.parametrize("history", ["revoked_ids", "fired_ids"])

@@ -10,8 +10,11 @@ import pytest
 
 from contracts.errors import ErrorCode, ReminderError
 from contracts.spec import ResolvedSpec, parse_reminder
+from contracts.state import ProviderMark, ProvidersState, SessionState
 from core.config import CoreConfig
 from core.size import (
+    _MARK,
+    _PROVIDERS,
     HEADER_ALLOWANCE_BYTES,
     SPEC_SKELETON_BYTES,
     WorstCase,
@@ -47,11 +50,13 @@ def test_the_state_bound_counts_every_kind_of_row_and_id() -> None:
         "delivered_ids": 3,
         "replies": 4,
         "history_ids": 5,
+        "history_chars": 7,
         "inherited": 6,
         "mutes": 0,
         "acknowledged": 0,
+        "provider_marks": 0,
     }
-    assert state_upper_bound(CoreConfig(), **counts) == 673_652
+    assert state_upper_bound(CoreConfig(), **counts) == 671_376
     empty = state_upper_bound(CoreConfig(), **dict.fromkeys(counts, 0))
     steps = {
         name: state_upper_bound(CoreConfig(), **{**dict.fromkeys(counts, 0), name: 1}) - empty
@@ -62,11 +67,31 @@ def test_the_state_bound_counts_every_kind_of_row_and_id() -> None:
         "delivered_rows": 240,
         "delivered_ids": 515,
         "replies": 1058,
-        "history_ids": 515,
+        "history_ids": 3,
+        "history_chars": 4,
         "inherited": 1027,
         "mutes": 2762,
         "acknowledged": 563,
+        "provider_marks": 898,
     }
+
+
+def test_the_state_bound_holds_the_providers_trail_and_marks_at_their_longest() -> None:
+    # Provider ids are up to 128 characters of any kind (a control character is stored as
+    # six bytes), the counters at their largest: what each adds to the stored state is within
+    # what the bound allows for it.
+    mark = ProviderMark(fired_count=10**19, level=1_000_000, last_fired_turn=2**53 - 1)
+    most = {"evaluations": 10**19, "budget_turn": 2**53 - 1, "budget_bytes": 10**19}
+
+    def stored(providers: ProvidersState | None) -> int:
+        return len(SessionState(session_id="s1", providers=providers).model_dump_json().encode())
+
+    trail = stored(ProvidersState(**most)) - stored(None)
+    marks = {chr(n) * 128: mark for n in range(0x0E, 0x16)}  # each stored as \u00XX
+    per_mark = (stored(ProvidersState(marks=marks, **most)) - stored(None) - trail) / 8
+    assert (trail, per_mark) == (127, 858.875)
+    assert trail <= _PROVIDERS
+    assert per_mark <= _MARK
 
 
 def test_json_bytes_is_the_utf8_length_of_canonical_json() -> None:
