@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import core.batch
 from contracts.spec import ResolvedSpec, parse_reminder
 from contracts.state import (
     FULL_ENVELOPE_TEXT_BYTES,
@@ -21,7 +22,7 @@ from contracts.state import (
     SessionState,
 )
 from core import CoreConfig, Decision, fold_all, handle
-from core.size import json_bytes, spec_bytes
+from core.size import json_bytes, spec_bytes, state_upper_bound
 from tests.support import Driver, context_for
 
 #: A reminder id of 128 characters, each 4 bytes of UTF-8: the longest an id can be stored.
@@ -105,6 +106,31 @@ def test_a_session_with_a_few_provider_latches_is_not_serialised_to_know_it_fits
 
     monkeypatch.setattr(SessionState, "model_dump_json", measured)
     assert inject_into(state, 1024 * 1024).ok
+
+
+@pytest.mark.parametrize("marks", [None, 0, 2])
+def test_the_bound_is_given_the_sessions_latches_and_the_length_of_its_history(
+    monkeypatch: pytest.MonkeyPatch, marks: int | None
+) -> None:
+    given: list[dict[str, int]] = []
+
+    def bound(config: CoreConfig, **counts: int) -> int:
+        given.append(counts)
+        return state_upper_bound(config, **counts)
+
+    monkeypatch.setattr(core.batch, "state_upper_bound", bound)
+    mark = ProviderMark(fired_count=1)
+    providers = (
+        None if marks is None else ProvidersState(marks={f"p{n}": mark for n in range(marks)})
+    )
+    history = ["a", "bb", "ccc"]
+    state = SessionState(session_id="s1", seen_ids=history, fired_ids=["a"], providers=providers)
+    decision = inject_into(state, 1024 * 1024)
+    assert decision.ok
+    new_id = decision.reply["reminder_id"]
+    assert given[-1]["provider_marks"] == (marks or 0)
+    assert given[-1]["history_ids"] == 5
+    assert given[-1]["history_chars"] == 1 + 2 + 3 + 1 + len(new_id)
 
 
 @pytest.mark.parametrize("history", ["revoked_ids", "fired_ids"])
