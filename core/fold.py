@@ -389,9 +389,12 @@ _TEXT_BYTES: MeasuredOnce[DeliveredEnvelope] = MeasuredOnce(lambda row: stored_b
 def _evict_replies(rows: list[RecentReply]) -> None:
     """Keep the newest RECENT_REPLIES_KEPT rows within RECENT_REPLIES_BYTES (§4.1.1)."""
     del rows[:-RECENT_REPLIES_KEPT]
+    sizes = _ROW_BYTES.many(rows)
+    if sum(sizes) <= RECENT_REPLIES_BYTES:
+        return
     total, keep = 0, 0
-    for row in reversed(rows):
-        total += _ROW_BYTES(row)
+    for size in reversed(sizes):
+        total += size
         if total > RECENT_REPLIES_BYTES:
             break
         keep += 1

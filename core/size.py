@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, Generic, TypeVar
@@ -77,36 +77,50 @@ def _measure_text(text: str) -> int:
 
 
 Measured = TypeVar("Measured")
+Result = TypeVar("Result")
 
 
-class MeasuredOnce(Generic[Measured]):
-    """A size of frozen objects shared between states (specs, delivered rows, remembered
-    replies), measured once per object and remembered by identity. Only a weak reference is
-    held: an entry goes when its object does, so the table never keeps alive what every
+class KeptOnce(Generic[Measured, Result]):
+    """What is worked out from frozen objects shared between states (specs, delivered rows,
+    remembered replies), once per object and remembered by identity. Only a weak reference
+    is held: an entry goes when its object does, so the table never keeps alive what every
     state has dropped (a table of strong references held up to 65,536 rows)."""
 
-    def __init__(self, measure: Callable[[Measured], int]) -> None:
-        self._measure = measure
-        #: id of a live object → (a weak reference to it, its size).
-        self.table: dict[int, tuple[weakref.ref[Measured], int]] = {}
+    def __init__(self, work_out: Callable[[Measured], Result]) -> None:
+        self._work_out = work_out
+        #: id of a live object → (a weak reference to it, what was worked out from it).
+        self.table: dict[int, tuple[weakref.ref[Measured], Result]] = {}
 
-    def __call__(self, item: Measured) -> int:
-        """The size of `item`, measured on first sight."""
+    def __call__(self, item: Measured) -> Result:
+        """What `item` gives, worked out on first sight."""
         key = id(item)
         cached = self.table.get(key)
         # An entry outlives no object (its callback runs before the object's memory can be
         # reused), so an entry under a live object's id is that object's.
         if cached is not None:
             return cached[1]
-        size = self._measure(item)
-        self.table[key] = (weakref.ref(item, partial(self._forget, key)), size)
-        return size
+        result = self._work_out(item)
+        self.table[key] = (weakref.ref(item, partial(self._forget, key)), result)
+        return result
+
+    def many(self, items: Sequence[Measured]) -> list[Result]:
+        """What each of `items` gives, in order (`__call__` for each, with one lookup per
+        item when all are known: a state's rows are, but for the newest)."""
+        get = self.table.get
+        known = [get(id(item)) for item in items]
+        if None in known:
+            return [self(item) for item in items]
+        return [entry[1] for entry in known]  # type: ignore[index]
 
     def _forget(self, key: int, ref: weakref.ref[Measured]) -> None:
         """The object behind `ref` is gone: drop its entry (unless its id was reused since)."""
         cached = self.table.get(key)
         if cached is not None and cached[0] is ref:
             del self.table[key]
+
+
+class MeasuredOnce(KeptOnce[Measured, int]):
+    """A size of frozen objects shared between states, measured once per object."""
 
 
 def json_bytes(value: Any) -> int:

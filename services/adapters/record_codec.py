@@ -9,6 +9,13 @@ a value orjson would write differently from `canonical_json` (see `canonical_byt
 the reference path, `canonical_json(state.model_dump(mode="json"))`; a unit test holds the
 two byte-identical.
 
+A session that has lived holds up to 256 remembered replies, most of its value, and each
+event changes one of them at most: each reply's row is written once (`_reply_row`, kept per
+row object as long as a state holds it) and joined into the state's bytes where orjson left
+a mark for them (`_REPLIES_MARK`, one NUL byte, which orjson never writes itself: it escapes
+every control character in a string), so neither orjson nor the float check goes through
+the rows again on every write.
+
 No client here: the fold's worker processes (`replay.fold_store`) encode with it and do not
 load a NATS client.
 """
@@ -23,8 +30,9 @@ import orjson
 from pydantic import BaseModel, PlainSerializer, WrapSerializer
 
 from contracts.records import Tombstone
-from contracts.state import SessionState
+from contracts.state import RecentReply, SessionState
 from core.canonical import canonical_json, may_hold_float
+from core.size import KeptOnce
 
 
 @cache
@@ -49,7 +57,7 @@ def _exclusions(model: type[BaseModel]) -> tuple[tuple[str, Callable[[Any], bool
 
 def _plain_fields(value: object) -> dict[str, Any]:
     """orjson's `default`: a plain model's fields as `model_dump` keeps them; anything else
-    is refused (TypeError)."""
+    is refused (TypeError). A state's remembered replies are left as `_REPLIES_MARK`."""
     rules = _exclusions(type(value)) if isinstance(value, BaseModel) else None
     if rules is None:
         raise TypeError(type(value).__name__)
@@ -59,7 +67,13 @@ def _plain_fields(value: object) -> dict[str, Any]:
         for name, excluded in rules:
             if excluded(fields[name]):
                 del fields[name]
+    if type(value) is SessionState and value.recent_replies:
+        fields = {**fields, "recent_replies": _REPLIES_MARK}
     return fields
+
+
+#: Where a state's remembered replies go in its bytes: orjson writes a fragment as it is.
+_REPLIES_MARK = orjson.Fragment(b"\x00")
 
 
 _STATE_OPTIONS = (
@@ -80,11 +94,25 @@ def encode_state(state: SessionState) -> bytes:
     `encode_state_reference`, written faster; see the module docstring)."""
     try:
         data = orjson.dumps(state, default=_plain_fields, option=_STATE_OPTIONS)
+        rows = _reply_row.many(state.recent_replies)
     except TypeError:
         return encode_state_reference(state)
-    if may_hold_float(data):
+    if may_hold_float(data) or None in rows:
         return encode_state_reference(state)
-    return data
+    if not rows:
+        return data
+    head, tail = data.split(b"\x00")
+    return b"".join((head, b"[", b",".join(rows), b"]", tail))  # type: ignore[arg-type]
+
+
+def _write_reply_row(row: RecentReply) -> bytes | None:
+    """A remembered reply's bytes in a state; None when they may differ from the reference
+    (`may_hold_float`)."""
+    data = orjson.dumps(row, default=_plain_fields, option=_STATE_OPTIONS)
+    return None if may_hold_float(data) else data
+
+
+_reply_row: KeptOnce[RecentReply, bytes | None] = KeptOnce(_write_reply_row)
 
 
 def decode_record(value: bytes | None) -> SessionState | Tombstone | None:

@@ -223,6 +223,24 @@ def test_measured_once_measures_each_object_once() -> None:
     assert memo(row) == memo(row) == 4 and len(calls) == 1
 
 
+def test_many_gives_what_each_object_gives_in_order_working_out_only_the_new_ones() -> None:
+    calls: list[str] = []
+
+    def measure(row: RecentReply) -> int:
+        calls.append(row.request_id)
+        return len(row.request_id)
+
+    memo: MeasuredOnce[RecentReply] = MeasuredOnce(measure)
+    rows = _rows(3, "abc")
+    assert memo.many(rows[:2]) == [len(row.request_id) for row in rows[:2]]
+    assert memo.many(rows) == memo.many(rows) == [len(row.request_id) for row in rows]
+    assert calls == [row.request_id for row in rows]  # each once
+    assert memo.many([]) == []
+    del rows
+    gc.collect()
+    assert memo.table == {}
+
+
 def test_the_rate_limiter_holds_only_sessions_with_a_command_in_the_last_second() -> None:
     limiter = RateLimiter(limit=2, max_sessions=1000)
     for n in range(500):
