@@ -104,12 +104,15 @@ class KeptOnce(Generic[Measured, Result]):
         return result
 
     def many(self, items: Sequence[Measured]) -> list[Result]:
-        """What each of `items` gives, in order (`__call__` for each, with one lookup per
-        item when all are known: a state's rows are, but for the newest)."""
+        """What each of `items` gives, in order: one lookup per item, and `__call__` for
+        those not known yet (of a state's rows, at most the newest)."""
         get = self.table.get
         known = [get(id(item)) for item in items]
         if None in known:
-            return [self(item) for item in items]
+            return [
+                self(item) if entry is None else entry[1]
+                for item, entry in zip(items, known, strict=True)
+            ]
         return [entry[1] for entry in known]  # type: ignore[index]
 
     def _forget(self, key: int, ref: weakref.ref[Measured]) -> None:
