@@ -236,6 +236,18 @@ def test_many_gives_what_each_object_gives_in_order_working_out_only_the_new_one
     assert memo.many(rows) == memo.many(rows) == [len(row.request_id) for row in rows]
     assert calls == [row.request_id for row in rows]  # each once
     assert memo.many([]) == []
+
+    class Counted(MeasuredOnce[RecentReply]):
+        calls = 0
+
+        def __call__(self, item: RecentReply) -> int:
+            self.calls += 1
+            return super().__call__(item)
+
+    counted = Counted(measure)
+    assert counted.many(rows[:2]) == memo.many(rows[:2]) and counted.calls == 2
+    assert counted.many(rows) == memo.many(rows) and counted.calls == 3  # only the new one
+    assert counted.many(rows) == memo.many(rows) and counted.calls == 3  # none: one lookup each
     del rows
     gc.collect()
     assert memo.table == {}

@@ -51,10 +51,12 @@ def _remembering(*pads: int) -> SessionState:
     return fold_all(SessionState(), log)
 
 
-def test_remembered_replies_that_fill_their_bytes_exactly_are_all_kept() -> None:
-    def row_bytes(request_id: str, pad: int) -> int:
-        return json_bytes({"request_id": request_id, "reply": {"ok": True, "pad": "p" * pad}})
+def row_bytes(request_id: str, pad: int) -> int:
+    """The stored size of a remembered reply `_remembering` makes."""
+    return json_bytes({"request_id": request_id, "reply": {"ok": True, "pad": "p" * pad}})
 
+
+def test_remembered_replies_that_fill_their_bytes_exactly_are_all_kept() -> None:
     first = RECENT_REPLIES_BYTES // 2
     second = RECENT_REPLIES_BYTES - row_bytes("q0", first) - row_bytes("q1", 0)
     exact = _remembering(first, second)
@@ -62,6 +64,13 @@ def test_remembered_replies_that_fill_their_bytes_exactly_are_all_kept() -> None
     assert [row.request_id for row in exact.recent_replies] == ["q0", "q1"]
     over = _remembering(first + 1, second)
     assert [row.request_id for row in over.recent_replies] == ["q1"]
+
+
+def test_of_replies_over_their_bytes_the_newest_that_fill_them_exactly_are_kept() -> None:
+    first = RECENT_REPLIES_BYTES // 2
+    second = RECENT_REPLIES_BYTES - row_bytes("q1", first) - row_bytes("q2", 0)
+    state = _remembering(10, first, second)
+    assert [row.request_id for row in state.recent_replies] == ["q1", "q2"]
 
 
 def test_an_id_seen_and_fired_again_within_one_fold_is_recorded_once() -> None:
