@@ -23,6 +23,7 @@ from core.batch import Batch, Decision
 from core.config import CommandContext, CoreConfig
 from core.deciders import control, effect, envelope, evaluate, handoff, reminders, turns
 from core.deciders.common import reject
+from core.fold import remembered_row
 from core.sanitize import neutralize
 from core.size import fits, json_bytes, replies_always_fit
 
@@ -103,9 +104,9 @@ def decide(
     """Decide one parsed command against a session's state. Never raises on a rule."""
     config = config or CoreConfig()
     if command.request_id is not None:
-        for remembered in state.recent_replies:
-            if remembered.request_id == command.request_id:
-                return _remembered(state, command, remembered.reply)
+        remembered = remembered_row(state, command.request_id)
+        if remembered is not None:
+            return _remembered(state, command, remembered.reply)
     decider = DECIDERS.get(type(command))
     if decider is None:
         return _error(reject(ErrorCode.INVALID_REQUEST, f"{command.op} is not decided by the core"))

@@ -32,7 +32,7 @@ from contracts.state import (
 )
 from core.canonical import sha256_hex
 from core.rules import remembered_reply, ttl_pass_due
-from core.size import MeasuredOnce, json_bytes, stored_bytes
+from core.size import KeptOnce, MeasuredOnce, json_bytes, stored_bytes
 
 #: `SessionState`'s fields in order; `Scratch` has exactly these (checked at import).
 STATE_FIELDS: tuple[str, ...] = tuple(SessionState.model_fields)
@@ -113,11 +113,18 @@ class Scratch:
     # Sets of `seen_ids` and `fired_ids`, built on first use: most events need neither.
     _seen: set[str] | None = field(default=None, repr=False)
     _fired: set[str] | None = field(default=None, repr=False)
+    # The request ids of `recent_replies` (`remembered_row`), when the state thawed had them
+    # indexed: kept up to date as rows come and go, and handed to the state released.
+    _replies: dict[str, RecentReply] | None = field(default=None, repr=False)
 
     @classmethod
     def thaw(cls, state: SessionState) -> Scratch:
         """A scratch copy whose lists can be changed without touching `state`."""
-        return cls(**_copy_containers(state.__dict__.copy()))
+        scratch = cls(**_copy_containers(state.__dict__.copy()))
+        index = _REPLY_INDEX.known(state)
+        if index is not None:
+            scratch._replies = dict(index)
+        return scratch
 
     def freeze(self) -> SessionState:
         """The immutable state; rows are already validated models."""
@@ -127,7 +134,24 @@ class Scratch:
     def release(self) -> SessionState:
         """`freeze` for the scratch's last use: the state takes over its lists and dicts
         instead of copies, so the scratch must not change afterwards."""
-        return trusted(SessionState, {name: getattr(self, name) for name in STATE_FIELDS})
+        state = trusted(SessionState, {name: getattr(self, name) for name in STATE_FIELDS})
+        if self._replies is not None:
+            _REPLY_INDEX.put(state, self._replies)
+        return state
+
+    def remember(self, row: RecentReply) -> None:
+        """Remember a command's reply, within the window's count and bytes (§4.1.1)."""
+        self.recent_replies.append(row)
+        evicted = _evict_replies(self.recent_replies)
+        index = self._replies
+        if index is None:
+            return
+        if row.request_id in index:  # a request id twice: the index is built again on use
+            self._replies = None
+            return
+        index[row.request_id] = row
+        for gone in evicted:
+            del index[gone.request_id]
 
     def see(self, reminder_id: str) -> None:
         """Remember an id for `revoke`'s unknown/already-delivered distinction."""
@@ -371,8 +395,7 @@ def apply_event(scratch: Scratch, event: ev.Event, stream_seq: int | None = None
         scratch.stream_seq = stream_seq
     if event.request_id is not None and event.reply is not None:
         row = RecentReply(request_id=event.request_id, reply=remembered_reply(event.reply))
-        scratch.recent_replies.append(row)
-        _evict_replies(scratch.recent_replies)
+        scratch.remember(row)
 
 
 #: Stored size of each remembered reply row, by identity (rows are frozen and shared between
@@ -386,19 +409,43 @@ _ROW_BYTES: MeasuredOnce[RecentReply] = MeasuredOnce(
 _TEXT_BYTES: MeasuredOnce[DeliveredEnvelope] = MeasuredOnce(lambda row: stored_bytes(row.text))
 
 
-def _evict_replies(rows: list[RecentReply]) -> None:
-    """Keep the newest RECENT_REPLIES_KEPT rows within RECENT_REPLIES_BYTES (§4.1.1)."""
+def _evict_replies(rows: list[RecentReply]) -> list[RecentReply]:
+    """Keep the newest RECENT_REPLIES_KEPT rows within RECENT_REPLIES_BYTES (§4.1.1); the
+    rows dropped, oldest first."""
+    evicted = rows[:-RECENT_REPLIES_KEPT]
     del rows[:-RECENT_REPLIES_KEPT]
     sizes = _ROW_BYTES.many(rows)
     if sum(sizes) <= RECENT_REPLIES_BYTES:
-        return
+        return evicted
     total, keep = 0, 0
     for size in reversed(sizes):
         total += size
         if total > RECENT_REPLIES_BYTES:
             break
         keep += 1
+    evicted += rows[: len(rows) - keep]
     del rows[: len(rows) - keep]
+    return evicted
+
+
+def _index_replies(state: SessionState) -> dict[str, RecentReply]:
+    """Request id → the first remembered row with it."""
+    index: dict[str, RecentReply] = {}
+    for row in state.recent_replies:
+        index.setdefault(row.request_id, row)
+    return index
+
+
+#: Each state's index of its remembered replies, by identity, held while the state lives:
+#: built on a state's first lookup (a scan of up to 256 rows spread through memory, the
+#: longest part of deciding a command on a session that has lived) and carried by the fold
+#: to the states that follow it, so a gateway's cached session scans once.
+_REPLY_INDEX: KeptOnce[SessionState, dict[str, RecentReply]] = KeptOnce(_index_replies)
+
+
+def remembered_row(state: SessionState, request_id: str) -> RecentReply | None:
+    """The first remembered reply of `state` to `request_id` (SPEC §4.1), if any."""
+    return _REPLY_INDEX(state).get(request_id)
 
 
 def fold(state: SessionState, event: ev.Event, stream_seq: int | None = None) -> SessionState:

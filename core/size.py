@@ -100,8 +100,18 @@ class KeptOnce(Generic[Measured, Result]):
         if cached is not None:
             return cached[1]
         result = self._work_out(item)
-        self.table[key] = (weakref.ref(item, partial(self._forget, key)), result)
+        self.put(item, result)
         return result
+
+    def known(self, item: Measured) -> Result | None:
+        """What `item` gave if it was worked out already; None otherwise (nothing worked out)."""
+        cached = self.table.get(id(item))
+        return None if cached is None else cached[1]
+
+    def put(self, item: Measured, result: Result) -> None:
+        """Remember `result` for `item` (worked out elsewhere) while `item` lives."""
+        key = id(item)
+        self.table[key] = (weakref.ref(item, partial(self._forget, key)), result)
 
     def many(self, items: Sequence[Measured]) -> list[Result]:
         """What each of `items` gives, in order: one lookup per item, and `__call__` for
