@@ -100,3 +100,19 @@ def test_rows_dropped_for_their_bytes_leave_the_carried_index() -> None:
     later = scratch.release()
     assert [row.request_id for row in later.recent_replies] == ["big"]
     assert _REPLY_INDEX.known(later) == {"big": big}
+
+
+def test_a_full_window_over_its_bytes_drops_rows_for_both_from_the_carried_index() -> None:
+    driver = Driver()
+    for n in range(256):
+        driver.ok("inject", reminder={"body": f"r{n}", "dedupe_key": "k"}, request_id=f"q{n}")
+    state = driver.state
+    assert len(state.recent_replies) == 256 and _REPLY_INDEX.known(state) is not None
+    scratch = Scratch.thaw(state)
+    big = RecentReply(
+        request_id="big", reply={"ok": True, "pad": "p" * (RECENT_REPLIES_BYTES - 64)}
+    )
+    scratch.remember(big)  # the oldest goes for the count, the rest for the bytes
+    later = scratch.release()
+    assert [row.request_id for row in later.recent_replies] == ["big"]
+    assert _REPLY_INDEX.known(later) == {"big": big}
