@@ -7,9 +7,9 @@ bucket values are a few kilobytes. A session that has lived holds the gateway's 
 its last 256 request ids, and its value grows with them. Here each of `--sessions` sessions
 first gets `--prefill` injects sent with request ids through the gateway (one dedupe key, so
 one reminder stays live), then `--events` `session_idle` runtime events go through the
-providers service (`bench.providers_throughput.providers_rate`), and the CPU milliseconds
-each process spent per runtime event are reported (`cpu_ms_per_runtime_event`), with the
-size of one such session's bucket value (`value_bytes`). Written to
+providers service (`bench.providers_throughput.metered_providers_rate`), and the CPU
+milliseconds each process spent per runtime event are reported (`cpu_ms_per_runtime_event`),
+with the size of one such session's bucket value (`value_bytes`). Written to
 `bench/results/old_sessions.json`, or only to `--output` when given.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import nats
 
-from bench.common import CpuMeter, emit
-from bench.providers_throughput import SETTLE_S, providers_rate, providers_stack
+from bench.common import emit
+from bench.providers_throughput import SETTLE_S, metered_providers_rate, providers_stack
 from client.sdk import ReminderClient
 from contracts.subjects import session_token
 from services.adapters.records import read_last_value
@@ -73,10 +73,7 @@ async def measure(sessions: int, prefill_commands: int, events: int) -> dict[str
         await prefill(stack.url, sessions, prefill_commands)
         await asyncio.sleep(SETTLE_S * 4)  # the projector's writes of the prefill
         size = await value_bytes(stack.url, stack.settings)
-        meter = CpuMeter(stack.pids)
-        runtime = await providers_rate(stack.url, stack.settings, events, sessions, PREFIX)
-        await asyncio.sleep(SETTLE_S)
-        per_event = meter.ms_per(events)
+        runtime, per_event = await metered_providers_rate(stack, events, sessions, PREFIX)
     return {
         "sessions": sessions,
         "prefill_commands_per_session": prefill_commands,

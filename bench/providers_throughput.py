@@ -171,6 +171,17 @@ async def providers_stack() -> AsyncIterator[ProvidersStack]:
             yield ProvidersStack(server.url, settings, services, pids)
 
 
+async def metered_providers_rate(
+    stack: ProvidersStack, events: int, sessions: int, prefix: str = "rt-"
+) -> tuple[float, dict[str, float]]:
+    """`providers_rate` on the stack, and the CPU milliseconds each process (`stack.pids`, as
+    they are when it starts) spent per runtime event, the projector's last writes included."""
+    meter = CpuMeter(stack.pids)
+    runtime = await providers_rate(stack.url, stack.settings, events, sessions, prefix)
+    await asyncio.sleep(SETTLE_S)
+    return runtime, meter.ms_per(events)
+
+
 async def measure(events: int, sessions: int, concurrency: int) -> dict[str, object]:
     async with providers_stack() as stack:
         url, pids = stack.url, stack.pids
@@ -179,17 +190,11 @@ async def measure(events: int, sessions: int, concurrency: int) -> dict[str, obj
         gateway, failed = await gateway_rate(url, events, sessions, concurrency)
         await asyncio.sleep(SETTLE_S)  # the projector's last writes belong to this phase
         per_command = meter.ms_per(events)
-        meter = CpuMeter(pids)
-        runtime = await providers_rate(url, stack.settings, events, sessions)
-        await asyncio.sleep(SETTLE_S)
-        per_runtime_event = meter.ms_per(events)
+        runtime, per_runtime_event = await metered_providers_rate(stack, events, sessions)
         stop_all([stack.services["providers"]])  # the null providers take its place
         with null_process("bench.null_providers", url) as null:
             pids["providers"] = null.pid
-            meter = CpuMeter(pids)
-            null_rate = await providers_rate(url, stack.settings, events, sessions, "nl-")
-            await asyncio.sleep(SETTLE_S)
-            per_null_event = meter.ms_per(events)
+            null_rate, per_null_event = await metered_providers_rate(stack, events, sessions, "nl-")
     return {
         "events": events,
         "sessions": sessions,
