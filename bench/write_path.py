@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import tempfile
 import time
@@ -49,6 +50,7 @@ from contracts.subjects import event_subject, session_subject_filter
 from services.adapters.append import SessionAppend, encode_event, publish_atomic
 from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT
 from services.adapters.provisioning import consumer_info
+from services.adapters.settings import Settings
 from services.adapters.stages import PROFILE_ENV
 
 #: How long one phase may wait for replies or for the projector before giving up.
@@ -85,6 +87,18 @@ async def occ_plain_publish(url: str, sessions: int, per_session: int) -> float:
     seconds = time.perf_counter() - started
     await nc.close()
     return rate(sessions * per_session, seconds)
+
+
+async def forget_baseline(url: str) -> None:
+    """The event stream emptied of the OCC baseline's messages (one stored event's bytes under
+    other sessions' subjects), before any service starts: each service reads the stream from
+    its start, and would otherwise dead-letter every one of them while its figures are
+    taken."""
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().purge_stream(Settings(nats_url=url).stream)
+    finally:
+        await nc.close()
 
 
 async def drive_injects(
@@ -201,12 +215,17 @@ def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, 
 
 
 def write_all_services(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
-    """Commands/s with every service running; the projector's lag when the last reply came."""
+    """Commands/s with every service running; the projector's lag when the last reply came;
+    each process's CPU µs per command (the load generator is this process)."""
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
         baseline = asyncio.run(occ_plain_publish(server.url, sessions, per_session))
-        with running_services(server.url, SERVICES):
+        asyncio.run(forget_baseline(server.url))
+        with running_services(server.url, SERVICES) as services:
             asyncio.run(warm_up(server.url))
+            assert server.process is not None
+            pids = {name: service.process.pid for name, service in services.items()}
+            meter = CpuMeter(pids | {"nats-server": server.process.pid, "load": os.getpid()})
 
             async def measure() -> tuple[float, int, int, float]:
                 commands, failed, ended = await drive_injects(
@@ -216,6 +235,8 @@ def write_all_services(sessions: int, per_session: int, in_flight: int) -> dict[
                 return commands, failed, lag, caught_up
 
             measured, failed, lag, caught_up = asyncio.run(measure())
+            # Until the projector caught up: its work for these commands is all in.
+            cpu = meter.ms_per(sessions * per_session)
     return {
         "sessions": sessions,
         "commands": sessions * per_session,
@@ -225,6 +246,7 @@ def write_all_services(sessions: int, per_session: int, in_flight: int) -> dict[
         "failed_commands": failed,
         "projector_lag_events_at_last_reply": lag,
         "projector_caught_up_after_last_reply_s": caught_up,
+        "cpu_us_per_command": {name: round(ms * 1000, 1) for name, ms in cpu.items()},
         "occ_plain_publish_per_s": baseline,
     }
 
