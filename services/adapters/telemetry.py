@@ -159,7 +159,7 @@ def metrics_text() -> bytes:
 
 
 class LabelledCount:
-    """A monotonic count per label set, kept in plain ints and observed only when scraped.
+    """A count per label set, kept in plain ints and observed only when scraped.
 
     The SDK's `Counter.add` cleans the attributes, hashes them and takes a lock on every
     call, which the gateway paid several times per command (`bench/results/`); a dict
@@ -184,15 +184,21 @@ class LabelledCount:
 _COUNTS: dict[tuple[int, str], tuple[Meter, LabelledCount]] = {}
 
 
-def labelled_count(meter: Meter, name: str, description: str) -> LabelledCount:
-    """The count exposed as counter `name` on `meter`, registered on first use.
+def labelled_count(
+    meter: Meter, name: str, description: str, unit: str = "", *, up_down: bool = False
+) -> LabelledCount:
+    """The count exposed as counter `name` on `meter`, registered on first use; with
+    `up_down`, a count that also goes down, exposed as an up-down counter (a gauge).
 
     A second request for the same name returns the same count, as the SDK returns the same
     `Counter` for a name already created on a meter (it ignores a second observable one)."""
     key = (id(meter), name)
     if key not in _COUNTS:
         count = LabelledCount()
-        meter.create_observable_counter(name, callbacks=[count.observe], description=description)
+        create = (
+            meter.create_observable_up_down_counter if up_down else meter.create_observable_counter
+        )
+        create(name, callbacks=[count.observe], unit=unit, description=description)
         _COUNTS[key] = (meter, count)
     return _COUNTS[key][1]
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from opentelemetry.metrics import Counter, Meter
+from opentelemetry.metrics import Meter
 
 from contracts import events as ev
 from core.cost import directive_tokens
+from services.adapters.telemetry import LabelledCount, labelled_count
 
 #: Reminders whose source the observer remembers; past it the oldest is forgotten.
 REMEMBERED_REMINDERS = 100_000
@@ -35,42 +36,47 @@ class _Seen:
 
 @dataclass
 class EffectMetrics:
-    """Counters of what reminders cost and what became of them, by source."""
+    """Counts of what reminders cost and what became of them, by source (plain counts read
+    at scrape time, as every per-event count of the observer)."""
 
-    injected: Counter
-    delivered: Counter
-    rendered: Counter
-    tokens: Counter
-    acknowledged: Counter
-    expired_unacknowledged: Counter
+    injected: LabelledCount
+    delivered: LabelledCount
+    rendered: LabelledCount
+    tokens: LabelledCount
+    acknowledged: LabelledCount
+    expired_unacknowledged: LabelledCount
     seen: OrderedDict[tuple[str, str], _Seen] = field(default_factory=OrderedDict)
 
     @classmethod
     def create(cls, meter: Meter) -> EffectMetrics:
         """Register the instruments on `meter`."""
         return cls(
-            injected=meter.create_counter(
-                "reminders_effect_injected", description="Reminders injected, by source"
+            injected=labelled_count(
+                meter, "reminders_effect_injected", "Reminders injected, by source"
             ),
-            delivered=meter.create_counter(
+            delivered=labelled_count(
+                meter,
                 "reminders_effect_delivered",
-                description="Reminders delivered for the first time, by source",
+                "Reminders delivered for the first time, by source",
             ),
-            rendered=meter.create_counter(
-                "reminders_effect_rendered", description="Deliveries (fired), by source"
+            rendered=labelled_count(
+                meter, "reminders_effect_rendered", "Deliveries (fired), by source"
             ),
-            tokens=meter.create_counter(
+            tokens=labelled_count(
+                meter,
                 "reminders_effect_tokens",
+                "Estimated tokens of the delivered bodies, by source (SPEC §12.6)",
                 unit="{token}",
-                description="Estimated tokens of the delivered bodies, by source (SPEC §12.6)",
             ),
-            acknowledged=meter.create_counter(
+            acknowledged=labelled_count(
+                meter,
                 "reminders_effect_acknowledged",
-                description="Acknowledgements by source and outcome (SPEC §12.3)",
+                "Acknowledgements by source and outcome (SPEC §12.3)",
             ),
-            expired_unacknowledged=meter.create_counter(
+            expired_unacknowledged=labelled_count(
+                meter,
                 "reminders_effect_expired_unacknowledged",
-                description="Reminders that expired before any acknowledgement, by source",
+                "Reminders that expired before any acknowledgement, by source",
             ),
         )
 
