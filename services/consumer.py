@@ -122,9 +122,18 @@ class EventConsumer:
     batch: int
     tracer: Tracer
 
-    async def run(self, runtime: Runtime, handle: Handler, stop: asyncio.Event) -> None:
-        """Fetch, handle and settle until `stop` is set (within about a second)."""
-        await self.run_messages(runtime, lambda message: self._outcome(message, handle), stop)
+    async def run(
+        self,
+        runtime: Runtime,
+        handle: Handler,
+        stop: asyncio.Event,
+        key_of: Callable[[Msg], str] | None = None,
+    ) -> None:
+        """Fetch, handle and settle until `stop` is set (within about a second); with
+        `key_of`, as a flow settled in lanes (`run_messages`)."""
+        await self.run_messages(
+            runtime, lambda message: self._outcome(message, handle), stop, key_of
+        )
 
     async def run_messages(
         self,

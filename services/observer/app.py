@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.metrics import Histogram
 
@@ -232,6 +233,13 @@ async def handle_event(event: ev.Event, metrics: ObserverMetrics, publish: Publi
     return ACK
 
 
+def one_lane(_message: Msg) -> str:
+    """Every event in one lane: settled one after another in delivery order, as a fetch loop
+    would, but taken from a flow (`PullFlow`) rather than nats-py's `fetch`, whose timed wait
+    per message (a task and a timer each) cost more than counting the event."""
+    return ""
+
+
 @dataclass
 class Observer:
     """The observer worker: its own durable consumer of every event."""
@@ -256,7 +264,9 @@ class Observer:
         assert self.consumer is not None and self.metrics is not None
         metrics = self.metrics
         publish = runtime.connection.publish
-        await self.consumer.run(runtime, lambda event: handle_event(event, metrics, publish), stop)
+        await self.consumer.run(
+            runtime, lambda event: handle_event(event, metrics, publish), stop, one_lane
+        )
 
     async def stop(self, runtime: Runtime) -> None:
         """Nothing of its own to release."""
