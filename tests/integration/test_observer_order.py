@@ -14,6 +14,7 @@ from nats.aio.client import Client
 
 from client.sdk import ReminderClient
 from contracts.decode import decode
+from contracts.events import Fired
 from services.adapters.session_read import session_messages
 from services.adapters.settings import Settings
 from tests.processes import ServiceRunner
@@ -25,11 +26,7 @@ REMINDERS = 6
 async def fired_in_log_order(nc: Client, stream: str, session_id: str) -> list[str]:
     messages, _ = await session_messages(nc, stream, session_id)
     events = [decode(raw.data, subject=raw.subject) for raw in messages]
-    return [
-        event.payload.reminder_id  # type: ignore[union-attr]
-        for event in events
-        if event.kind == "fired"
-    ]
+    return [event.payload.reminder_id for event in events if isinstance(event.payload, Fired)]
 
 
 async def test_the_observer_notifies_in_the_logs_order(
