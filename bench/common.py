@@ -147,6 +147,14 @@ def running_services(
             stop_all(services)
 
 
+def process_pids(server: EmbeddedNats, services: dict[str, ServiceProcess]) -> dict[str, int]:
+    """The pid of each running service, of nats-server and of this process (the load
+    generator), by the names `CpuMeter` reports them under."""
+    assert server.process is not None
+    pids = {name: service.process.pid for name, service in services.items()}
+    return pids | {"nats-server": server.process.pid, "load": os.getpid()}
+
+
 #: Runs one `reminders` command in a fresh process and reports the CPU time of it and of the
 #: processes it started (the fold's workers), and the peak of their resident memory together:
 #: the largest of its own VmHWM (a child's ru_maxrss would count its parent's RSS at the

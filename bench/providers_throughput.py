@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -44,6 +43,7 @@ from bench.common import (
     embedded_server,
     emit,
     null_process,
+    process_pids,
     provision_server,
     rate,
     running_services,
@@ -165,10 +165,7 @@ async def providers_stack() -> AsyncIterator[ProvidersStack]:
         settings = Settings.from_env({}, nats_url=server.url)
         await provision_server(server.url, settings)
         with running_services(server.url, ("gateway", "projector", "providers")) as services:
-            assert server.process is not None
-            pids = {name: service.process.pid for name, service in services.items()}
-            pids |= {"nats-server": server.process.pid, "load": os.getpid()}
-            yield ProvidersStack(server.url, settings, services, pids)
+            yield ProvidersStack(server.url, settings, services, process_pids(server, services))
 
 
 async def metered_providers_rate(

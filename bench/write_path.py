@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import tempfile
 import time
@@ -38,6 +37,7 @@ from bench.common import (
     embedded_server,
     null_process,
     percentile,
+    process_pids,
     provision_server,
     rate,
     running_services,
@@ -223,9 +223,7 @@ def write_all_services(sessions: int, per_session: int, in_flight: int) -> dict[
         asyncio.run(forget_baseline(server.url))
         with running_services(server.url, SERVICES) as services:
             asyncio.run(warm_up(server.url))
-            assert server.process is not None
-            pids = {name: service.process.pid for name, service in services.items()}
-            meter = CpuMeter(pids | {"nats-server": server.process.pid, "load": os.getpid()})
+            meter = CpuMeter(process_pids(server, services))
 
             async def measure() -> tuple[float, int, int, float]:
                 commands, failed, ended = await drive_injects(
