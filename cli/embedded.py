@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -50,14 +51,61 @@ def _ephemeral_low() -> int:
         return EPHEMERAL_LOW
 
 
+def _reservations() -> Path:
+    """The directory where `free_port` records the ports it handed out, one file per port
+    holding the picking process's pid: shared by every process of this user on the host."""
+    return Path(tempfile.gettempdir()) / f"reminders-ports-{os.getuid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reserve(port: int) -> bool:
+    """Claim `port` for this process until it exits, unless a live process claimed it.
+
+    A probe alone cannot see a port another process picked and has not bound yet (its
+    server still starting), nor one whose server is down for a restart on the same port;
+    the claim covers both. When the directory cannot be written, the probe decides alone."""
+    directory = _reservations()
+    path = directory / str(port)
+    for _ in range(2):
+        try:
+            directory.mkdir(mode=0o700, exist_ok=True)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            try:
+                holder = int(path.read_text(encoding="ascii") or "0")
+            except (OSError, ValueError):
+                return False
+            if holder == os.getpid() or (holder and _alive(holder)):
+                return False
+            # Written by a process that has exited: its ports are free to claim again.
+            path.unlink(missing_ok=True)
+            continue
+        except OSError:
+            return True
+        with os.fdopen(descriptor, "w", encoding="ascii") as claim:
+            claim.write(str(os.getpid()))
+        return True
+    return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago on `host`, for a server started later.
 
     Picked below the ephemeral range: a port the kernel hands out for `bind(0)` is one any
     outgoing connection (another test's client, the services' own) may take before the
     server binds it ("address already in use"), while outgoing connections never get a port
-    below the range, so only another pick like this one could collide. When no port there
-    is free after a hundred tries, an ephemeral one."""
+    below the range, so only another pick like this one could collide, and each pick is
+    claimed for the picking process's life (`_reserve`) so no other pick takes it. When no
+    port there is free after a hundred tries, an ephemeral one."""
     low = _ephemeral_low()
     for _ in range(100):
         port = random.randrange(LISTEN_PORTS_FROM, max(LISTEN_PORTS_FROM + 1, low))
@@ -66,6 +114,7 @@ def free_port(host: str = "127.0.0.1") -> int:
                 probe.bind((host, port))
             except OSError:
                 continue
+        if _reserve(port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
@@ -129,6 +178,14 @@ class EmbeddedNats:
             argv += ["-c", str(self.config_file)]
         return argv
 
+    def last_log_line(self) -> str:
+        """The server log's last line (why it stopped, when it did), for an error message."""
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return "no log"
+        return lines[-1].strip() if lines else "empty log"
+
     def healthy(self) -> bool:
         """Whether the monitor's /healthz answers ok (JetStream recovered)."""
         url = f"http://{self.host}:{self.monitor_port}/healthz"
@@ -149,7 +206,8 @@ class EmbeddedNats:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise EmbeddedServerError(
-                    f"nats-server exited with {self.process.returncode}; see {self.log_path}"
+                    f"nats-server exited with {self.process.returncode}"
+                    f" ({self.last_log_line()}); see {self.log_path}"
                 )
             if self.healthy():
                 return self
