@@ -185,9 +185,10 @@ def projector_round(messages: list[Message], batch: int) -> tuple[float, float, 
     # the collector as the projector's process sets it, if this tree does.
     gc.collect()
     gc.freeze()
-    tune: Callable[[], None] | None = getattr(app, "collect_less_often", None)
+    tune: Callable[..., None] | None = getattr(app, "collect_less_often", None)
+    threshold: int | None = getattr(app, "PROJECTOR_COLLECT_AFTER_ALLOCATIONS", None)
     if tune is not None:
-        tune()
+        tune() if threshold is None else tune(threshold)
     gc.callbacks.append(on_gc)
     started = time.thread_time_ns()
     try:

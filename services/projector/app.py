@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from opentelemetry.trace import Tracer
 
 from services.adapters import stages
-from services.adapters.memory import collect_less_often
+from services.adapters.memory import PROJECTOR_COLLECT_AFTER_ALLOCATIONS, collect_less_often
 from services.adapters.provisioning import DurableConsumer
 from services.adapters.records import KvSessionStore
 from services.adapters.settings import Settings
@@ -79,7 +79,7 @@ class ProjectorWorker:
             self.settings.projector_cache_bytes,
             lambda: projector.cache_evictions,
         )
-        collect_less_often()
+        collect_less_often(PROJECTOR_COLLECT_AFTER_ALLOCATIONS)
 
     async def run(self, runtime: Runtime, stop: asyncio.Event) -> None:
         """Pull, fold, write, ack — until `stop` is set."""

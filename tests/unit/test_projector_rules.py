@@ -348,6 +348,26 @@ def test_a_busy_worker_s_process_collects_young_garbage_less_often_and_freezes_s
         gc.set_threshold(*before)
 
 
+def test_the_projector_collects_young_garbage_less_often_than_other_workers() -> None:
+    """Its batches hold tens of thousands of objects at once (see the constant's comment)."""
+    import gc
+
+    from services.adapters.memory import (
+        COLLECT_AFTER_ALLOCATIONS,
+        PROJECTOR_COLLECT_AFTER_ALLOCATIONS,
+        collect_less_often,
+    )
+
+    before = gc.get_threshold()
+    try:
+        collect_less_often(PROJECTOR_COLLECT_AFTER_ALLOCATIONS)
+        assert gc.get_threshold() == (PROJECTOR_COLLECT_AFTER_ALLOCATIONS, *before[1:])
+        assert PROJECTOR_COLLECT_AFTER_ALLOCATIONS > COLLECT_AFTER_ALLOCATIONS
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
 @dataclass
 class SlowStore(FakeStore):
     """A bucket whose writes take a moment, counting the bytes written at once."""
