@@ -81,10 +81,11 @@ def _reserve(port: int) -> bool:
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             try:
-                holder = int(path.read_text(encoding="ascii") or "0")
+                holder = int(path.read_text(encoding="ascii"))
             except (OSError, ValueError):
+                # Empty: its process is between creating and writing it. Taken.
                 return False
-            if holder == os.getpid() or (holder and _alive(holder)):
+            if holder == os.getpid() or _alive(holder):
                 return False
             # Written by a process that has exited: its ports are free to claim again.
             path.unlink(missing_ok=True)

@@ -81,3 +81,15 @@ def test_a_server_that_cannot_bind_says_why_in_its_error(tmp_path: Path) -> None
         server = EmbeddedNats(tmp_path / "store", port=taken.getsockname()[1])
         with pytest.raises(EmbeddedServerError, match="address already in use"):
             server.start()
+
+
+def test_a_claim_being_written_is_not_taken_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An empty claim is one another process has created and not yet written its pid to."""
+    monkeypatch.setattr(embedded, "_reservations", lambda: tmp_path)
+    (tmp_path / "30006").write_text("", encoding="ascii")
+    picks = iter([30_006, 30_007])
+    monkeypatch.setattr("cli.embedded.random.randrange", lambda *_: next(picks))
+    assert free_port() == 30_007
+    assert (tmp_path / "30006").read_text(encoding="ascii") == ""
