@@ -187,8 +187,10 @@ def projector_round(messages: list[Message], batch: int) -> tuple[float, float, 
     gc.freeze()
     tune: Callable[..., None] | None = getattr(app, "collect_less_often", None)
     threshold: int | None = getattr(app, "PROJECTOR_COLLECT_AFTER_ALLOCATIONS", None)
-    if tune is not None:
-        tune() if threshold is None else tune(threshold)
+    if tune is not None and threshold is not None:
+        tune(threshold)
+    elif tune is not None:
+        tune()
     gc.callbacks.append(on_gc)
     started = time.thread_time_ns()
     try:

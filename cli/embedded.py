@@ -58,12 +58,13 @@ def _reservations() -> Path:
 
 
 def _alive(pid: int) -> bool:
+    """Whether a process `pid` exists (one of another user's counts: it may not be signalled)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
