@@ -16,9 +16,10 @@ beside two ways stock nats-py could fetch the same messages:
   session's subject filter, which the server answers by stepping over every message in
   between.
 
-And, inside the stream, the round of anchor lookups the library's walk starts from, two
-ways: `anchors_next_by_subject` (what the library sends: the next message of the session's
-busiest literal subject from each of `ANCHORS` points spread through the stream) and
+And, in each stream, the round of anchor lookups the library's walk starts from, two ways:
+`anchors_next_by_subject` (what the library sends: the next message of the session's
+busiest literal subject from each of as many points spread below its last event as the
+library would take, 62 for 999 events) and
 `anchors_multi_last` (the last message of that subject at or below each point, the batched
 direct get's `multi_last` with `up_to_seq`).
 
@@ -44,10 +45,9 @@ from bench.traffic import LONG_SESSION, Plan, append_all, generate
 from contracts.subjects import session_subject_filter
 from replay.engine import replay
 from replay.source import rows_from_nats
+from services.adapters.session_read import CHAIN_LANE_LENGTH, CHAIN_MAX_LANES
 
 REPEATS = 5
-#: Anchor lookups in one round (the library's most, `CHAIN_MAX_LANES`, for a long session).
-ANCHORS = 62
 DIRECT_GET = f"$JS.API.DIRECT.GET.{STREAM}"
 
 
@@ -120,9 +120,11 @@ async def anchors(nc: NATS, requests: list[bytes]) -> None:
     await collect(nc, requests, last)
 
 
-def anchor_requests(busiest: str, high: int) -> dict[str, list[bytes]]:
-    """Both shapes of the anchor round for a session whose last event is at `high`."""
-    points = [high * n // ANCHORS for n in range(ANCHORS)]
+def anchor_requests(busiest: str, high: int, events: int) -> dict[str, list[bytes]]:
+    """Both shapes of the anchor round for a session of `events` whose last is at `high`,
+    as many anchors as the library's walk takes."""
+    lanes = min(CHAIN_MAX_LANES, max(1, events // CHAIN_LANE_LENGTH))
+    points = [high * n // lanes for n in range(lanes)]
     return {
         "anchors_next_by_subject": [
             orjson.dumps({"next_by_subj": busiest, "seq": 1 + point}) for point in points
@@ -141,7 +143,7 @@ async def measure(url: str) -> dict[str, object]:
         seqs = [row.stream_seq for row in rows]
         subjects = [row.subject for row in rows]
         busiest = max(set(subjects), key=subjects.count)
-        lookups = anchor_requests(busiest, max(seqs))
+        lookups = anchor_requests(busiest, max(seqs), len(seqs))
 
         async def read() -> None:
             await rows_from_nats(nc, STREAM, LONG_SESSION)
