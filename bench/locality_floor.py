@@ -19,7 +19,9 @@ beside two ways stock nats-py could fetch the same messages:
 And, in each stream, the round of anchor lookups the library's walk starts from, two ways:
 `anchors_next_by_subject` (what the library sends: the next message of the session's
 busiest literal subject from each of as many points spread below its last event as the
-library would take, 62 for 999 events) and
+library would take, 62 for 999 events), `anchors_next_by_filter` (the same under the
+session's wildcard filter, whose next match is nearer but which the server looks for
+message by message) and
 `anchors_multi_last` (the last message of that subject at or below each point, the batched
 direct get's `multi_last` with `up_to_seq`).
 
@@ -128,6 +130,10 @@ def anchor_requests(busiest: str, high: int, events: int) -> dict[str, list[byte
     return {
         "anchors_next_by_subject": [
             orjson.dumps({"next_by_subj": busiest, "seq": 1 + point}) for point in points
+        ],
+        "anchors_next_by_filter": [
+            orjson.dumps({"next_by_subj": session_subject_filter(LONG_SESSION), "seq": 1 + point})
+            for point in points
         ],
         "anchors_multi_last": [
             orjson.dumps({"multi_last": [busiest], "up_to_seq": max(1, point)}) for point in points
