@@ -74,82 +74,76 @@ async def collect(nc: NATS, requests: list[bytes], until: Callable[[Msg], bool])
 
     inbox = nc.new_inbox()
     subscription = await nc.subscribe(inbox, cb=take)
-    for request in requests:
-        await nc.publish(DIRECT_GET, request, reply=inbox)
-    await asyncio.wait_for(done, 30)
-    await subscription.unsubscribe()
+    try:
+        for request in requests:
+            await nc.publish(DIRECT_GET, request, reply=inbox)
+        await asyncio.wait_for(done, 30)
+    finally:
+        await subscription.unsubscribe()
 
 
-async def single_gets(nc: NATS, seqs: list[int]) -> None:
-    """Every sequence by its own direct get, all requested at once."""
-    left = [len(seqs)]
+async def answered(nc: NATS, requests: list[bytes], closing: bool) -> None:
+    """Every request sent at once and answered: by one message each, or (`closing`: a
+    batched get such as `multi_last`) by its messages and a status message without a body."""
+    left = len(requests)
 
-    def last(_: Msg) -> bool:
-        left[0] -= 1
-        return left[0] == 0
+    def last(message: Msg) -> bool:
+        nonlocal left
+        if not closing or not message.data:
+            left -= 1
+        return left == 0
 
-    await collect(nc, [orjson.dumps({"seq": seq}) for seq in seqs], last)
+    await collect(nc, requests, last)
 
 
 async def filtered_scan(nc: NATS, count: int) -> None:
     """The session's messages in one batched direct get from seq 1 under its filter; the
     batch ends with a status message (no body)."""
-    got = [0]
+    got = 0
 
     def last(message: Msg) -> bool:
-        if message.data:
-            got[0] += 1
-            return False
-        return True
+        nonlocal got
+        got += 1 if message.data else 0
+        return not message.data
 
     request = {"seq": 1, "next_by_subj": session_subject_filter(LONG_SESSION), "batch": count + 1}
     await collect(nc, [orjson.dumps(request)], last)
-    if got[0] != count:
-        raise RuntimeError(f"the scan returned {got[0]} of {count} messages")
+    if got != count:
+        raise RuntimeError(f"the scan returned {got} of {count} messages")
 
 
-async def anchors(nc: NATS, requests: list[bytes]) -> None:
-    """One round of anchor lookups, each answered by one message (`next_by_subj`) or by
-    its messages and a closing status message (`multi_last`)."""
-    left = [len(requests)]
-    closes = b"multi_last" in requests[0]
-
-    def last(message: Msg) -> bool:
-        if not closes or not message.data:
-            left[0] -= 1
-        return left[0] == 0
-
-    await collect(nc, requests, last)
-
-
-def anchor_requests(busiest: str, high: int, events: int) -> dict[str, list[bytes]]:
-    """Both shapes of the anchor round for a session of `events` whose last is at `high`,
-    as many anchors as the library's walk takes."""
+def anchor_rounds(busiest: str, high: int, events: int) -> dict[str, tuple[list[bytes], bool]]:
+    """The three shapes of the anchor round for a session of `events` whose last is at
+    `high`, as many anchors as the library's walk takes (its rule, `_walk_session`), each
+    with whether its answers end with a status message (`answered`)."""
     lanes = min(CHAIN_MAX_LANES, max(1, events // CHAIN_LANE_LENGTH))
     points = [high * n // lanes for n in range(lanes)]
+    session_filter = session_subject_filter(LONG_SESSION)
     return {
-        "anchors_next_by_subject": [
-            orjson.dumps({"next_by_subj": busiest, "seq": 1 + point}) for point in points
-        ],
-        "anchors_next_by_filter": [
-            orjson.dumps({"next_by_subj": session_subject_filter(LONG_SESSION), "seq": 1 + point})
-            for point in points
-        ],
-        "anchors_multi_last": [
-            orjson.dumps({"multi_last": [busiest], "up_to_seq": max(1, point)}) for point in points
-        ],
+        "anchors_next_by_subject": (
+            [orjson.dumps({"next_by_subj": busiest, "seq": 1 + point}) for point in points],
+            False,
+        ),
+        "anchors_next_by_filter": (
+            [orjson.dumps({"next_by_subj": session_filter, "seq": 1 + point}) for point in points],
+            False,
+        ),
+        "anchors_multi_last": (
+            [orjson.dumps({"multi_last": [busiest], "up_to_seq": max(1, p)}) for p in points],
+            True,
+        ),
     }
 
 
 async def measure(url: str) -> dict[str, object]:
-    """The four reads of the long session on one server."""
+    """Every read of the long session on one server, by name (see the module's doc)."""
     nc = await nats.connect(url)
     try:
         rows = await rows_from_nats(nc, STREAM, LONG_SESSION)
         seqs = [row.stream_seq for row in rows]
         subjects = [row.subject for row in rows]
         busiest = max(set(subjects), key=subjects.count)
-        lookups = anchor_requests(busiest, max(seqs), len(seqs))
+        rounds = anchor_rounds(busiest, max(seqs), len(seqs))
 
         async def read() -> None:
             await rows_from_nats(nc, STREAM, LONG_SESSION)
@@ -157,15 +151,18 @@ async def measure(url: str) -> dict[str, object]:
         async def read_and_replay() -> None:
             replay(await rows_from_nats(nc, STREAM, LONG_SESSION))
 
+        async def single_gets() -> None:  # the requests' encoding counts, as the library's does
+            await answered(nc, [orjson.dumps({"seq": seq}) for seq in seqs], False)
+
         figures: dict[str, object] = {
             "events": len(seqs),
             "library_read_and_replay": await best_of(read_and_replay),
             "library_read": await best_of(read),
-            "raw_single_gets_all_at_once": await best_of(lambda: single_gets(nc, seqs)),
+            "raw_single_gets_all_at_once": await best_of(single_gets),
             "raw_filtered_scan": await best_of(lambda: filtered_scan(nc, len(seqs))),
         }
-        for name, requests in lookups.items():
-            figures[name] = await best_of(partial(anchors, nc, requests))
+        for name, (requests, closing) in rounds.items():
+            figures[name] = await best_of(partial(answered, nc, requests, closing))
         return figures
     finally:
         await nc.close()
