@@ -166,8 +166,8 @@ PAYLOADS: dict[str, Any] = {
 }
 
 
-class RawEnvelope(Struct, frozen=True, forbid_unknown_fields=True, rename={"schema_": "schema"}):
-    """`contracts.events.Event`, its payload left raw until its kind is known."""
+class _Envelope(Struct, frozen=True, forbid_unknown_fields=True, rename={"schema_": "schema"}):
+    """`contracts.events.Event` without its payload, whose type each subclass chooses."""
 
     schema_: Literal["reminder-ledger.event/v1"]
     event_id: str
@@ -180,9 +180,14 @@ class RawEnvelope(Struct, frozen=True, forbid_unknown_fields=True, rename={"sche
     occurred_at: str
     command_id: str
     request_id: str | None
-    payload: Raw
     reply: dict[str, Any] | None
     chain: str
+
+
+class RawEnvelope(_Envelope, frozen=True, forbid_unknown_fields=True, rename={"schema_": "schema"}):
+    """The envelope from the bytes, its payload left raw until its kind is known."""
+
+    payload: Raw
 
 
 _ENVELOPE = msgspec.json.Decoder(RawEnvelope)
@@ -195,23 +200,12 @@ def decode(data: bytes) -> tuple[RawEnvelope, Any]:
     return envelope, _DECODERS[envelope.kind].decode(envelope.payload)
 
 
-class DictEnvelope(Struct, frozen=True, forbid_unknown_fields=True, rename={"schema_": "schema"}):
+class DictEnvelope(
+    _Envelope, frozen=True, forbid_unknown_fields=True, rename={"schema_": "schema"}
+):
     """The envelope from an already parsed dict (what the projector holds after its parse)."""
 
-    schema_: Literal["reminder-ledger.event/v1"]
-    event_id: str
-    kind: EventKind
-    session_id: str
-    agent_id: str
-    task_id: str | None
-    session_seq: Annotated[int, Meta(ge=1)]
-    turn: Annotated[int, Meta(ge=0)]
-    occurred_at: str
-    command_id: str
-    request_id: str | None
     payload: dict[str, Any]
-    reply: dict[str, Any] | None
-    chain: str
 
 
 def convert(envelope: dict[str, Any]) -> tuple[DictEnvelope, Any]:
