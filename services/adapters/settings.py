@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -108,6 +109,11 @@ class Settings(BaseModel):
         ge=0,
         description="REMINDERS_PROJECTOR_CACHE_BYTES (encoded state bytes the projector caches)",
     )
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto",
+        description="REMINDERS_EVENT_LOOP: the services' event loop; `auto` is uvloop where it "
+        "is installed (not on Windows), else asyncio's own (docs/configuration.md)",
+    )
     request_timeout_s: float = Field(default=5.0, gt=0, description="NATS request timeout")
     failover_after_s: float = Field(
         default=10.0,
@@ -197,6 +203,7 @@ class Settings(BaseModel):
             "REMINDERS_PROJECTOR_PARTITIONS": "projector_partitions",
             "REMINDERS_PROJECTOR_PARTITION": "projector_partition",
             "REMINDERS_PROJECTOR_CACHE_BYTES": "projector_cache_bytes",
+            "REMINDERS_EVENT_LOOP": "event_loop",
             "REMINDERS_NATS_PING_INTERVAL_S": "nats_ping_interval_s",
             "REMINDERS_NATS_MAX_OUTSTANDING_PINGS": "nats_max_outstanding_pings",
             "REMINDERS_NATS_USER": "nats_user",
