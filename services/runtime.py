@@ -21,7 +21,7 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import orjson
 from nats.aio.client import Client
@@ -32,7 +32,7 @@ from services.adapters.connection import connect
 from services.adapters.http import HealthServer
 from services.adapters.memory import give_back_freed_memory, keep_large_buffers_apart
 from services.adapters.provisioning import DurableConsumer, ensure_consumer, provision
-from services.adapters.settings import Settings, check_payload_bounds
+from services.adapters.settings import EventLoopChoice, Settings, check_payload_bounds
 from services.adapters.telemetry import inject_traceparent
 
 
@@ -153,9 +153,7 @@ def serve(worker: Worker, settings: Settings) -> None:
         runner.run(main())
 
 
-def event_loop_factory(
-    choice: Literal["auto", "uvloop", "asyncio"],
-) -> Callable[[], asyncio.AbstractEventLoop] | None:
+def event_loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop a service runs on (`REMINDERS_EVENT_LOOP`); None is asyncio's own.
 
     uvloop by default where it is installed: the same Python work costs less CPU on it

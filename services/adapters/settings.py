@@ -31,6 +31,10 @@ DEFAULT_PING_INTERVAL_S = 1.0
 DEFAULT_MAX_OUTSTANDING_PINGS = 2
 
 
+EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
+"""`REMINDERS_EVENT_LOOP`: which event loop the services run on (`services.runtime`)."""
+
+
 class Settings(BaseModel):
     """What every service and the CLI need to know."""
 
@@ -109,7 +113,7 @@ class Settings(BaseModel):
         ge=0,
         description="REMINDERS_PROJECTOR_CACHE_BYTES (encoded state bytes the projector caches)",
     )
-    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+    event_loop: EventLoopChoice = Field(
         default="auto",
         description="REMINDERS_EVENT_LOOP: the services' event loop; `auto` is uvloop where it "
         "is installed (not on Windows), else asyncio's own (docs/configuration.md)",

@@ -10,7 +10,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from services.adapters.settings import Settings
+from services.adapters.settings import EventLoopChoice, Settings
 from services.runtime import event_loop_factory
 
 
@@ -24,8 +24,8 @@ def test_the_setting_defaults_to_auto_and_takes_only_the_three_choices() -> None
 
 @pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not a dependency on Windows")
 @pytest.mark.parametrize("choice", ["auto", "uvloop"])
-def test_a_service_runs_on_uvloop_where_it_is_installed(choice: str) -> None:
-    factory = event_loop_factory(choice)  # type: ignore[arg-type]
+def test_a_service_runs_on_uvloop_where_it_is_installed(choice: EventLoopChoice) -> None:
+    factory = event_loop_factory(choice)
     assert factory is not None
 
     async def loop_module() -> str:
