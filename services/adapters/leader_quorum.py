@@ -38,8 +38,16 @@ MAX_AGE_S = 1.0
 
 def heard_lately(peer: dict[str, Any]) -> bool:
     """Whether a follower of a `STREAM.INFO` answer is online and its leader heard from it
-    within `HEARD_WITHIN_S` (`active` is nanoseconds since then)."""
-    return not peer.get("offline") and float(peer.get("active", 0)) / 1e9 < HEARD_WITHIN_S
+    within `HEARD_WITHIN_S` (`active` is nanoseconds since then).
+
+    An `active` of 0 (or none) is a follower the leader has never heard from: nats-server
+    reports 0 when it has no time for a peer, which is the case for a leader elected while
+    that follower was cut off. Counted as heard, it let a leader cut off in turn pass for one
+    in quorum, and answer reads, after the other two had elected a new leader and acked
+    writes (`tests/faults/test_isolated_leader_reads.py`).
+    """
+    active_s = float(peer.get("active") or 0) / 1e9
+    return not peer.get("offline") and 0 < active_s < HEARD_WITHIN_S
 
 
 def leader_in_quorum(info: dict[str, Any], replicas: int) -> bool:

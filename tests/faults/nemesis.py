@@ -100,6 +100,10 @@ class RouteProxies:
         """Let every route through again."""
         self._set([pair for pair in self.routes if pair[0] < pair[1]], False)
 
+    def mend(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """Let both directions of each pair of nodes through again (the others stay cut)."""
+        self._set(list(pairs), False)
+
     def stop(self) -> None:
         """Close every proxy and stop the loop."""
 

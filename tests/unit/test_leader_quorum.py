@@ -39,6 +39,15 @@ def test_a_leader_is_in_quorum_while_it_heard_from_a_majority_lately() -> None:
     assert leader_in_quorum(info(), 1)
 
 
+def test_a_follower_the_leader_never_heard_from_does_not_count() -> None:
+    # nats-server reports `active: 0` for a peer it has no time for: never heard from.
+    assert not leader_in_quorum(info(0.0, 30.0), 3)
+    assert not leader_in_quorum(info(0.0, 0.0), 3)
+    assert leader_in_quorum(info(0.0, 0.3), 3)  # the other follower is a majority with it
+    never = {"cluster": {"leader": "n1", "replicas": [{"name": "n2"}, {"name": "n3"}]}}
+    assert not leader_in_quorum(never, 3)
+
+
 class FakeNats:
     def __init__(self, answers: list[dict[str, Any]], delay_s: float = 0.0) -> None:
         self.answers = answers
