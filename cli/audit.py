@@ -429,8 +429,8 @@ def rebuild_command(
         finally:
             await nc.close()
         stderr.print(
-            f"rebuilt {report.written} session(s); {report.left_to_live_projector} already "
-            f"ahead; {report.tombstoned} forgotten; "
+            f"rebuilt {report.written} session(s); {report.unchanged} already equal; "
+            f"{report.left_to_live_projector} already ahead; {report.tombstoned} forgotten; "
             f"degraded: {', '.join(report.degraded) or 'none'}"
             + (
                 f"; {len(report.still_changing)} still changing under every write, left to "

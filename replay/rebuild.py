@@ -148,6 +148,9 @@ class RebuildReport:
     """What a rebuild did."""
 
     written: int = 0
+    #: Sessions whose bucket value was already, byte for byte, what the fold made: not
+    #: written again (a write would only move the key's revision and wake every watcher).
+    unchanged: int = 0
     left_to_live_projector: int = 0
     tombstoned: int = 0
     degraded: list[str] = field(default_factory=list)
@@ -218,6 +221,9 @@ async def rebuild(
         batch: list[tuple[FoldedSession, int | None]] = []
         for folded in chunk:
             value, revision = found[folded.token]
+            if value and value == folded.encoded:
+                report.unchanged += 1
+                continue
             current = record_position(value)
             if isinstance(current, Tombstone):
                 alone.append(folded)  # what counts after the purge needs the log

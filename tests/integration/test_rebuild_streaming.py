@@ -112,6 +112,13 @@ async def test_streaming_rebuild_and_verify_equal_the_whole_log_fold(
     assert values == {**expected, "b-3": values["b-3"]}
     # The new life after the (empty) purge is folded from the tombstone: the same state.
     assert values["b-3"] == expected["b-3"]
+    # Once more over a bucket that holds what the fold makes: nothing is written again.
+    bucket_stream = f"KV_{provisioned.kv_bucket}"
+    last_write = (await nc.jetstream().stream_info(bucket_stream)).state.last_seq
+    again = await rebuild(nc, provisioned.stream, provisioned.kv_bucket, workers=workers)
+    assert (again.written, again.unchanged, again.tombstoned) == (0, 340, 0)
+    assert (await nc.jetstream().stream_info(bucket_stream)).state.last_seq == last_write
+    assert await bucket_values(nc, provisioned.kv_bucket) == values
 
     checked, mismatches = await verify_projection(
         nc, provisioned.stream, provisioned.kv_bucket, cache_sessions=TINY_CACHE, workers=workers
@@ -153,8 +160,9 @@ async def test_rebuild_and_verify_beside_a_catching_up_projector(
     )
     report = await rebuild(nc, provisioned.stream, provisioned.kv_bucket, cache_sessions=TINY_CACHE)
     await more
-    # Every session the rebuild read was either written or already further on.
-    assert report.written + report.left_to_live_projector >= 400
+    # Every session the rebuild read was written, or found already equal (the projector
+    # got there first with the same state), or already further on.
+    assert report.written + report.unchanged + report.left_to_live_projector >= 400
     assert report.tombstoned == 0 and report.degraded == []
     # A verification while the projector is still at work compares each state with its
     # own log up to where that state stands: clean.
@@ -169,6 +177,13 @@ async def test_rebuild_and_verify_beside_a_catching_up_projector(
         nc, provisioned.stream, provisioned.kv_bucket, cache_sessions=TINY_CACHE
     )
     assert (checked, mismatches) == (600, [])
+    # Over what the caught-up projector wrote, a rebuild finds every state already what the
+    # fold makes, byte for byte, and writes nothing.
+    bucket_stream = f"KV_{provisioned.kv_bucket}"
+    last_write = (await nc.jetstream().stream_info(bucket_stream)).state.last_seq
+    again = await rebuild(nc, provisioned.stream, provisioned.kv_bucket, cache_sessions=TINY_CACHE)
+    assert (again.written, again.unchanged, again.left_to_live_projector) == (0, 600, 0)
+    assert (await nc.jetstream().stream_info(bucket_stream)).state.last_seq == last_write
 
 
 #: The peak RSS a rebuild in one process may gain over one of an empty stream, folding the
