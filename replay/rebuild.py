@@ -223,6 +223,8 @@ async def rebuild(
             value, revision = found[folded.token]
             if value and value == folded.encoded:
                 report.unchanged += 1
+                if folded.degraded:  # still degraded, written or not: the summary names it
+                    report.degraded.append(folded.token)
                 continue
             current = record_position(value)
             if isinstance(current, Tombstone):

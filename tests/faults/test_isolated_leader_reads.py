@@ -89,10 +89,13 @@ class RecordedGateways:
 
 @contextlib.asynccontextmanager
 async def pinned_gateways(
-    settings: Settings, urls: list[str], cut_off: int, majority: int
-) -> AsyncIterator[tuple[CommandService, CommandService]]:
+    settings: Settings, proxied: ProxiedCluster, cut_off: int, majority: int, history: Path
+) -> AsyncIterator[tuple[RecordedGateways, CommandService, CommandService]]:
     """A gateway on node `cut_off` and one on node `majority`, each with its own connection
-    and committer, stopped on the way out."""
+    and committer, their calls recorded in the history at `history`; on the way out the
+    gateways stop, every route heals and the history is closed."""
+    urls = [f"nats://127.0.0.1:{node.port}" for node in proxied.nodes]
+    recorded = RecordedGateways(settings, History(history))
     connections = [
         await nats.connect(servers=[urls[index]], max_reconnect_attempts=0)
         for index in (cut_off, majority)
@@ -102,6 +105,7 @@ async def pinned_gateways(
         committer.start()
     try:
         yield (
+            recorded,
             CommandService(connections[0], settings, committers[0]),
             CommandService(connections[1], settings, committers[1]),
         )
@@ -110,6 +114,8 @@ async def pinned_gateways(
             await committer.stop()
         for nc in connections:
             await nc.close()
+        proxied.heal()
+        recorded.history.close()
 
 
 async def checked_history(
@@ -132,20 +138,17 @@ async def test_a_gateway_on_an_isolated_leader_never_answers_below_an_acked_writ
     urls = [f"nats://127.0.0.1:{node.port}" for node in proxied.nodes]
     admin = await nats.connect(servers=urls)
     leader = await stream_leader(admin, settings.stream, proxied)
-    gateways = RecordedGateways(settings, History(tmp_path / "history.jsonl"))
-    try:
-        async with pinned_gateways(settings, urls, leader, (leader + 1) % len(urls)) as (
-            isolated,
-            majority,
-        ):
-            await gateways.trusted_while_healthy(isolated)
-            proxied.isolate(leader)
-            await gateways.acked_by_majority(majority)
-            # At once, while the cut-off leader still believes it leads.
-            await gateways.never_below(isolated)
-    finally:
-        proxied.heal()
-        gateways.history.close()
+    history = tmp_path / "history.jsonl"
+    async with pinned_gateways(settings, proxied, leader, (leader + 1) % 3, history) as (
+        gateways,
+        isolated,
+        majority,
+    ):
+        await gateways.trusted_while_healthy(isolated)
+        proxied.isolate(leader)
+        await gateways.acked_by_majority(majority)
+        # At once, while the cut-off leader still believes it leads.
+        await gateways.never_below(isolated)
     await checked_history(proxied, admin, settings.stream, gateways.history)
     await admin.close()
 
@@ -170,21 +173,21 @@ async def test_a_leader_that_never_heard_from_a_follower_does_not_count_it(
     admin = await nats.connect(servers=[urls[first]], max_reconnect_attempts=0)
     proxied.isolate(never_heard)
     await leader_moved_to(admin, settings.stream, proxied, cut_off)
-    gateways = RecordedGateways(settings, History(tmp_path / "history.jsonl"))
-    try:
-        async with pinned_gateways(settings, urls, cut_off, first) as (isolated, majority):
-            await gateways.trusted_while_healthy(isolated)
-            # The case this test is for: the leader reports the follower it never heard from
-            # with the `active` of a peer heard this instant.
-            peers = await leader_peers(admin, settings.stream)
-            assert peers.get(proxied.nodes[never_heard].name) == 0, peers
-            proxied.proxies.cut([(cut_off, first), (cut_off, never_heard)])
-            proxied.proxies.mend([(never_heard, first)])
-            await gateways.acked_by_majority(majority)
-            await gateways.never_below(isolated)
-    finally:
-        proxied.heal()
-        gateways.history.close()
+    history = tmp_path / "history.jsonl"
+    async with pinned_gateways(settings, proxied, cut_off, first, history) as (
+        gateways,
+        isolated,
+        majority,
+    ):
+        await gateways.trusted_while_healthy(isolated)
+        # The case this test is for: the leader reports the follower it never heard from
+        # with the `active` of a peer heard this instant.
+        peers = await leader_peers(admin, settings.stream)
+        assert peers.get(proxied.nodes[never_heard].name) == 0, peers
+        proxied.proxies.cut([(cut_off, first), (cut_off, never_heard)])
+        proxied.proxies.mend([(never_heard, first)])
+        await gateways.acked_by_majority(majority)
+        await gateways.never_below(isolated)
     await checked_history(proxied, admin, settings.stream, gateways.history)
     await admin.close()
 

@@ -117,6 +117,7 @@ async def test_streaming_rebuild_and_verify_equal_the_whole_log_fold(
     last_write = (await nc.jetstream().stream_info(bucket_stream)).state.last_seq
     again = await rebuild(nc, provisioned.stream, provisioned.kv_bucket, workers=workers)
     assert (again.written, again.unchanged, again.tombstoned) == (0, 340, 0)
+    assert again.degraded == ["a-7"]  # left as it was, and still named
     assert (await nc.jetstream().stream_info(bucket_stream)).state.last_seq == last_write
     assert await bucket_values(nc, provisioned.kv_bucket) == values
 
