@@ -148,8 +148,8 @@ class RebuildReport:
     """What a rebuild did."""
 
     written: int = 0
-    #: Sessions whose bucket value was already, byte for byte, what the fold made: not
-    #: written again (a write would only move the key's revision and wake every watcher).
+    #: Sessions whose bucket value was already, byte for byte, what the fold made (not
+    #: written again).
     unchanged: int = 0
     left_to_live_projector: int = 0
     tombstoned: int = 0
@@ -157,6 +157,37 @@ class RebuildReport:
     #: Sessions whose value changed under every one of `WRITE_ATTEMPTS` writes (another
     #: writer, the live projector, kept getting there first): not written, left to it.
     still_changing: list[str] = field(default_factory=list)
+
+    def to_write(self, current_seq: int | None, seq: int | None) -> bool:
+        """Whether a state at `stream_seq` `seq` (None: the fold made no state, so there is
+        nothing but a tombstone to write) is to be written over the bucket's state at
+        `current_seq` (None: none); what is not is counted."""
+        if seq is None:
+            self.tombstoned += 1
+            return False
+        if current_seq is not None and current_seq > seq:
+            self.left_to_live_projector += 1
+            return False
+        return True
+
+    def already_equal(self, folded: FoldedSession, value: bytes | None) -> bool:
+        """Whether the bucket's `value` is already, byte for byte, what the fold made: such
+        a session is not written again (a write would only move the key's revision and wake
+        every watcher), and is counted, and named when degraded, all the same."""
+        if not value or value != folded.encoded:
+            return False
+        self.unchanged += 1
+        self._note_degraded(folded.token, folded.degraded)
+        return True
+
+    def written_one(self, token: str, degraded: bool) -> None:
+        """Count a session written."""
+        self.written += 1
+        self._note_degraded(token, degraded)
+
+    def _note_degraded(self, token: str, degraded: bool) -> None:
+        if degraded:
+            self.degraded.append(token)
 
 
 async def rebuild(
@@ -175,6 +206,8 @@ async def rebuild(
     async def write(folded: FoldedSession) -> None:
         for _attempt in range(WRITE_ATTEMPTS):
             value, revision = await read_projection(kv, folded.token)
+            if report.already_equal(folded, value):
+                return
             current = decode_record(value)
             record = folded.record
             if isinstance(current, Tombstone):
@@ -184,32 +217,15 @@ async def rebuild(
                 record = project(current, rows)
             current_seq = current.stream_seq if isinstance(current, SessionState) else None
             seq = record.stream_seq if isinstance(record, SessionState) else None
-            if not to_write(current_seq, seq) or not isinstance(record, SessionState):
+            if not report.to_write(current_seq, seq) or not isinstance(record, SessionState):
                 return
             try:
                 await kv.write(folded.token, encode_state(record), revision)
             except StaleRevision:
                 continue
-            written(folded.token, record.degraded is not None)
+            report.written_one(folded.token, record.degraded is not None)
             return
         report.still_changing.append(folded.token)
-
-    def to_write(current_seq: int | None, seq: int | None) -> bool:
-        """Whether a state at `stream_seq` `seq` (None: the fold made no state, so there is
-        nothing but a tombstone to write) is to be written over the bucket's state at
-        `current_seq` (None: none); what is not is counted in the report."""
-        if seq is None:
-            report.tombstoned += 1
-            return False
-        if current_seq is not None and current_seq > seq:
-            report.left_to_live_projector += 1
-            return False
-        return True
-
-    def written(token: str, degraded: bool) -> None:
-        report.written += 1
-        if degraded:
-            report.degraded.append(token)
 
     async def write_chunk(chunk: list[FoldedSession]) -> None:
         """The chunk's values read at once and the states to write written as one atomic
@@ -221,15 +237,12 @@ async def rebuild(
         batch: list[tuple[FoldedSession, int | None]] = []
         for folded in chunk:
             value, revision = found[folded.token]
-            if value and value == folded.encoded:
-                report.unchanged += 1
-                if folded.degraded:  # still degraded, written or not: the summary names it
-                    report.degraded.append(folded.token)
+            if report.already_equal(folded, value):
                 continue
             current = record_position(value)
             if isinstance(current, Tombstone):
                 alone.append(folded)  # what counts after the purge needs the log
-            elif to_write(current, folded.state_seq):
+            elif report.to_write(current, folded.state_seq):
                 batch.append((folded, revision))
         revisions = None
         if batch:
@@ -242,7 +255,7 @@ async def rebuild(
             alone += [folded for folded, _ in batch]
         else:
             for folded, _ in batch:
-                written(folded.token, folded.degraded)
+                report.written_one(folded.token, folded.degraded)
         await asyncio.gather(*(write(folded) for folded in alone))
 
     with FoldStore(cache_sessions, workers=workers) as store:

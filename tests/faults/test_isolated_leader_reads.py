@@ -37,11 +37,10 @@ SESSION = "isolated-reads"
 
 
 class RecordedGateways:
-    """Two in-process gateways, each pinned to one node (as a gateway whose server is cut
-    off stays connected to it), every call recorded in one history."""
+    """Calls through the in-process gateways of `pinned_gateways`, every one recorded in
+    one history."""
 
-    def __init__(self, settings: Settings, history: History) -> None:
-        self._settings = settings
+    def __init__(self, history: History) -> None:
         self.history = history
         self._count = 0
 
@@ -94,10 +93,10 @@ async def pinned_gateways(
     """A gateway on node `cut_off` and one on node `majority`, each with its own connection
     and committer, their calls recorded in the history at `history`; on the way out the
     gateways stop, every route heals and the history is closed."""
-    urls = [f"nats://127.0.0.1:{node.port}" for node in proxied.nodes]
-    recorded = RecordedGateways(settings, History(history))
+    recorded = RecordedGateways(History(history))
+    # Each pinned to its node, as a gateway whose server is cut off stays connected to it.
     connections = [
-        await nats.connect(servers=[urls[index]], max_reconnect_attempts=0)
+        await nats.connect(servers=[proxied.nodes[index].url], max_reconnect_attempts=0)
         for index in (cut_off, majority)
     ]
     committers = [GroupCommitter(connections[0], timeout_s=1.0), GroupCommitter(connections[1])]
@@ -135,7 +134,7 @@ async def test_a_gateway_on_an_isolated_leader_never_answers_below_an_acked_writ
 ) -> None:
     settings = Settings.from_env({}, nats_url=proxied.url, replicas=3)
     await provisioned(settings)
-    urls = [f"nats://127.0.0.1:{node.port}" for node in proxied.nodes]
+    urls = [node.url for node in proxied.nodes]
     admin = await nats.connect(servers=urls)
     leader = await stream_leader(admin, settings.stream, proxied)
     history = tmp_path / "history.jsonl"
@@ -164,7 +163,7 @@ async def test_a_leader_that_never_heard_from_a_follower_does_not_count_it(
     the majority's first ack). Its gateway must not call them current."""
     settings = Settings.from_env({}, nats_url=proxied.url, replicas=3)
     await provisioned(settings)
-    urls = [f"nats://127.0.0.1:{node.port}" for node in proxied.nodes]
+    urls = [node.url for node in proxied.nodes]
     probe = await nats.connect(servers=urls)
     first = await stream_leader(probe, settings.stream, proxied)
     await probe.close()
