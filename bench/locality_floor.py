@@ -47,7 +47,7 @@ from bench.traffic import LONG_SESSION, Plan, append_all, generate
 from contracts.subjects import session_subject_filter
 from replay.engine import replay
 from replay.source import rows_from_nats
-from services.adapters.session_read import CHAIN_LANE_LENGTH, CHAIN_MAX_LANES
+from services.adapters.session_walk import CHAIN_LANE_LENGTH, CHAIN_MAX_LANES
 
 REPEATS = 5
 DIRECT_GET = f"$JS.API.DIRECT.GET.{STREAM}"
@@ -114,7 +114,7 @@ async def filtered_scan(nc: NATS, count: int) -> None:
 
 def anchor_rounds(busiest: str, high: int, events: int) -> dict[str, tuple[list[bytes], bool]]:
     """The three shapes of the anchor round for a session of `events` whose last is at
-    `high`, as many anchors as the library's walk takes (its rule, `_walk_session`), each
+    `high`, as many anchors as the library's walk takes (its rule, `walk_session`), each
     with whether its answers end with a status message (`answered`)."""
     lanes = min(CHAIN_MAX_LANES, max(1, events // CHAIN_LANE_LENGTH))
     points = [high * n // lanes for n in range(lanes)]

@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from contracts import commands as cmd
 from contracts.events import Event
+from contracts.session_index import EMPTY_INDEX, SessionIndex
 from contracts.state import SessionState
 from core import CommandContext, decide, fold
 from core.canonical import derived_uuid7
@@ -229,6 +230,8 @@ async def append_all(
     each append expecting the session's last stored sequence (as the gateway's OCC does)."""
     nc = await nats.connect(url)
     last_seq = [0] * len(traffic.session_ids)
+    # Each session's index header as the gateway writes it (`contracts.session_index`).
+    indexes: list[SessionIndex | None] = [EMPTY_INDEX] * len(traffic.session_ids)
     group: list[SessionAppend] = []
     members: list[int] = []
     size = 0
@@ -244,6 +247,7 @@ async def append_all(
         for index, append in zip(members, group, strict=True):
             seq += len(append.events)
             last_seq[index] = seq
+            indexes[index] = append.stored(seq)
         group, members, size = [], [], 0
 
     try:
@@ -255,7 +259,11 @@ async def append_all(
                     await flush()
                     progress.update(task, completed=stream_seq)
                     in_group = set()
-                group.append(SessionAppend(traffic.session_ids[index], last_seq[index], events))
+                group.append(
+                    SessionAppend(
+                        traffic.session_ids[index], last_seq[index], events, index=indexes[index]
+                    )
+                )
                 members.append(index)
                 in_group.add(index)
                 size += len(events)

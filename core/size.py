@@ -40,8 +40,9 @@ from contracts.state import FULL_ENVELOPE_TEXT_BYTES, RECENT_REPLIES_BYTES, RECE
 from core.config import CoreConfig
 
 #: What a message's headers may take of the server's `max_payload`, which counts headers
-#: and body together: an event's atomic-batch, expectation and message-id headers, a
-#: state's compare-and-set header, and the trace context carried on (which the services cut
+#: and body together: an event's atomic-batch, expectation and message-id headers and its
+#: session index (`contracts.session_index.MAX_HEADER_BYTES`), a state's compare-and-set
+#: header, and the trace context carried on (which the services cut
 #: to `TRACE_HEADERS_MAX_BYTES`, a caller's `baggage` and `tracestate` being theirs to size).
 HEADER_ALLOWANCE_BYTES = 8192
 #: The most trace-context headers (`traceparent`, `tracestate`, `baggage`) a service

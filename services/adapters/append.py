@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from nats.aio.client import Client
 
 from contracts.events import Event
+from contracts.session_index import H_SESSION_INDEX, SessionIndex
 from contracts.subjects import event_subject, session_subject_filter
 from core.canonical import canonical_bytes
 from services.adapters import stages
@@ -46,6 +47,16 @@ class SessionAppend:
     #: The events' wire bytes when the decision already made them (`Decision.encoded`);
     #: empty to have `publish_atomic` encode them.
     encoded: tuple[bytes, ...] = ()
+    #: Where the session's earlier appends are, carried on the last message
+    #: (`contracts.session_index`); None writes no index (the writer does not know it).
+    index: SessionIndex | None = None
+
+    def stored(self, last_seq: int) -> SessionIndex | None:
+        """The session's index once this append is stored with its last event at
+        `last_seq` (None when this append carries none, or past the index's depth)."""
+        if self.index is None:
+            return None
+        return self.index.after(last_seq - len(self.events) + 1, len(self.events))
 
 
 def encode_event(event: Event) -> bytes:
@@ -68,11 +79,14 @@ async def publish_atomic(
     messages: list[BatchMessage] = []
     for append in appends:
         encoded = append.encoded or tuple(encode_event(event) for event in append.events)
+        last = len(append.events) - 1
         for index, (event, data) in enumerate(zip(append.events, encoded, strict=True)):
             headers = {H_MSG_ID: event.event_id, **append.headers}
             if index == 0:
                 headers[H_EXPECTED_SEQ] = str(append.expected_last_seq)
                 headers[H_EXPECTED_SUBJECT] = session_subject_filter(append.session_id)
+            if index == last and append.index is not None:
+                headers[H_SESSION_INDEX] = append.index.header(len(append.events))
             messages.append((event_subject(event.kind, event.session_id), data, headers))
 
     def sent() -> None:

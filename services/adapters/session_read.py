@@ -6,26 +6,31 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import nats
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from contracts.stored import StoredEvent
 from contracts.subjects import (
-    last_token,
-    parse_event_subject,
     session_subject_filter,
     session_token,
 )
-from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT, JetStreamApiError
+from services.adapters.jetstream import JetStreamApiError
+from services.adapters.session_walk import (
+    BrokenChain,
+    ChainWalk,
+    Walked,
+    Walker,
+    link_below,
+    walk_index,
+    walk_session,
+)
 
 #: How long one attempt at a read by direct gets may take. Any replica answers a direct get,
 #: in milliseconds; one unanswered this long most likely went to a replica that froze (a
@@ -152,110 +157,6 @@ async def iterate_direct(
 #: Foreign messages a subject-filtered scan may step over before a session read follows its
 #: back-pointers instead (see `session_messages`).
 SCAN_SKIP_LIMIT = 20_000
-#: Messages each concurrent back-pointer walk covers on average, and how many walks at most.
-CHAIN_LANE_LENGTH = 16
-CHAIN_MAX_LANES = 256
-
-
-class _BrokenChain(Exception):
-    """The back-pointers do not lead through the whole session: read it by scanning."""
-
-
-class _NotStored(_BrokenChain):
-    """The server has no message for that get."""
-
-
-#: What a walk does with one stored message a get returned: keep it, maybe send the next get.
-_OnReply = Callable[[Msg], Awaitable[None]]
-
-
-class _ChainWalk:
-    """Single-message direct gets, many in flight on one inbox subscription, each reply handled
-    in the subscription's callback, which sends a walk's next get from there. One get per
-    event is what a session spread through a large stream costs (the server has no request
-    that returns it cheaper); a task awaiting each get under a timer of its own cost the
-    reader about as much CPU again as the get.
-
-    Gets go out in rounds (`round`): a round ends when no get sent in it is unanswered, and
-    fails when none has been answered for `timeout_s`.
-    """
-
-    def __init__(self, nc: Client, stream: str, timeout_s: float) -> None:
-        self._nc = nc
-        self._subject = f"$JS.API.DIRECT.GET.{stream}"
-        self._timeout_s = timeout_s
-        self._prefix = nc.new_inbox()
-        self._count = 0
-        self._waiting: dict[str, tuple[_OnReply, bool]] = {}
-        self._round: asyncio.Future[None] | None = None
-        self._answered = 0
-        self._subscription: Subscription | None = None
-        self.sent = 0
-
-    async def __aenter__(self) -> _ChainWalk:
-        self._subscription = await self._nc.subscribe(f"{self._prefix}.*", cb=self._answer)
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        self._waiting.clear()
-        if self._round is not None and not self._round.done():
-            self._round.cancel()
-        if self._subscription is not None:
-            await self._subscription.unsubscribe()
-
-    async def get(
-        self, request: dict[str, Any], on_reply: _OnReply, missing_ok: bool = False
-    ) -> None:
-        """Send one get; `on_reply` gets the stored message in the subscription's callback.
-        No message (404) breaks the chain, unless `missing_ok`; any other status does."""
-        self._count += 1
-        reply = f"{self._prefix}.{self._count}"
-        self._waiting[reply] = (on_reply, missing_ok)
-        await self._nc.publish(self._subject, orjson.dumps(request), reply=reply)
-
-    async def round(
-        self, requests: Sequence[tuple[dict[str, Any], _OnReply]], missing_ok: bool = False
-    ) -> None:
-        """Send each (request, on_reply) (`get`) and wait until they and every get sent while
-        handling their replies are answered; raises what handling a reply raised, or
-        `nats.errors.TimeoutError`."""
-        done = self._round = asyncio.get_running_loop().create_future()
-        for request, on_reply in requests:
-            await self.get(request, on_reply, missing_ok)
-        if not self._waiting:
-            return
-        while True:
-            answered = self._answered
-            try:
-                # Shielded: a wait that runs out leaves the round running while replies come.
-                await asyncio.wait_for(asyncio.shield(done), self._timeout_s)
-                return
-            except TimeoutError:
-                if self._answered == answered:
-                    raise nats.errors.TimeoutError from None
-
-    async def _answer(self, message: Msg) -> None:
-        waiting = self._waiting.pop(message.subject, None)
-        done = self._round
-        if waiting is None or done is None or done.done():
-            return
-        on_reply, missing_ok = waiting
-        self._answered += 1
-        try:
-            status = (message.headers or {}).get("Status")
-            if status == "404":
-                if not missing_ok:
-                    raise _NotStored(message.subject)
-            elif status or not message.headers:
-                raise _BrokenChain(str(status))
-            else:
-                self.sent += 1
-                await on_reply(message)
-        except Exception as exc:  # not swallowed: the round's waiter raises it
-            done.set_exception(exc)
-            return
-        if not self._waiting:
-            done.set_result(None)
 
 
 async def session_messages(
@@ -271,7 +172,8 @@ async def session_messages(
     A subject-filtered read makes the server step over every message stored between two of
     the session's events (a file block holds too many subjects for its subject index to
     help), so its cost grows with the stream the session is spread over. A whole session in
-    a large stream is read by sequence instead (`_walk_session`), and kept only when it is
+    a large stream is read by sequence instead — through the index its last message carries
+    (`walk_index`), else along its back-pointers (`walk_session`) — and kept only when it is
     exactly as many messages of the session as the server counts; otherwise, and for a read
     after `after_seq` (the new events of a session already read), the scan.
     """
@@ -287,15 +189,18 @@ async def session_messages(
         subjects, stream_messages = state
         count = sum(subjects.values())
         if stream_messages - count > SCAN_SKIP_LIMIT:
-            try:
-                async with _ChainWalk(nc, stream, timeout_s) as walk:
-                    try:
-                        found = await _walk_session(walk, session_id, subjects)
-                        return _in_order(found, count), walk.sent
-                    finally:
-                        sent = walk.sent
-            except _BrokenChain:
-                pass
+            walkers: tuple[Walker, ...] = (walk_index, walk_session)
+            for walker in walkers:
+                try:
+                    async with ChainWalk(nc, stream, timeout_s) as walk:
+                        try:
+                            found = await walker(walk, session_id, subjects)
+                            if found is not None:
+                                return _in_order(found, count), sent + walk.sent
+                        finally:
+                            sent += walk.sent
+                except BrokenChain:
+                    pass
     messages = [
         raw async for raw in iterate_direct(nc, stream, subject_filter, after_seq, batch, timeout_s)
     ]
@@ -335,101 +240,12 @@ async def _session_state(
     return {str(k): int(n) for k, n in subjects.items()}, int(state.get("messages", 0))
 
 
-def _previous_seq(seq: int, headers: dict[str, str], subject_filter: str) -> int:
-    """Stream seq of the session's event before the one stored at `seq`.
-
-    The first event of an append carries the expectation the server checked when it stored
-    it (the session's last seq then, under the session's own filter); an append's other
-    events follow it directly, so theirs is the seq just before.
-    """
-    expected = headers.get(H_EXPECTED_SEQ)
-    if expected is not None and headers.get(H_EXPECTED_SUBJECT) == subject_filter:
-        return int(expected)
-    return seq - 1
-
-
-def _link_below(message: Msg, subject_filter: str, token: str) -> int:
-    """Stream seq of the session's event before `message` (`_previous_seq`); raises
-    `_BrokenChain` when the link points up or the message is off the session: not a chain
-    the server vouched for (a copy of the stream renumbered, a message written some other
-    way)."""
-    headers = message.headers or {}
-    seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
-    previous = _previous_seq(seq, headers, subject_filter)
-    if previous >= seq or parse_event_subject(subject) is None or last_token(subject) != token:
-        raise _BrokenChain(subject)
-    return previous
-
-
-#: A walked message as kept: its body, its subject, and the seq of the session's event before.
-Walked = tuple[bytes, str, int]
-
-
-async def _walk_session(
-    walk: _ChainWalk, session_id: str, subjects: dict[str, int]
-) -> dict[int, Walked]:
-    """Each message of the session by seq, with the seq of the one before it, following the
-    back-pointers (`_previous_seq`); raises `_BrokenChain` when they do not hold.
-
-    The session's last event and a few anchors spread below it split the chain into walks
-    that run concurrently, each down to the anchor below its own. Anchors are looked up by
-    the session's busiest literal subject, not its wildcard filter: for a literal subject the
-    server skips blocks without it and scans at most one, where a wildcard lookup would scan
-    everything up to the next match.
-    """
-    subject_filter = session_subject_filter(session_id)
-    token = session_token(session_id)
-    # Only what the read returns is kept of each message, not the message and its headers:
-    # a long session is held whole until the walk ends.
-    found: dict[int, Walked] = {}
-
-    def keep(message: Msg) -> int:
-        previous = _link_below(message, subject_filter, token)
-        headers = message.headers or {}
-        found[int(headers["Nats-Sequence"])] = (message.data, headers["Nats-Subject"], previous)
-        return previous
-
-    async def kept(message: Msg) -> None:
-        keep(message)
-
-    await walk.round([({"last_by_subj": subject_filter}, kept)])
-    high = max(found)
-    lanes = min(CHAIN_MAX_LANES, max(1, sum(subjects.values()) // CHAIN_LANE_LENGTH))
-    busiest = max(subjects, key=lambda subject: subjects[subject])
-    # An anchor that finds none of that subject from there on: the walk below is longer.
-    anchors = [
-        ({"next_by_subj": busiest, "seq": 1 + high * n // lanes}, kept) for n in range(lanes)
-    ]
-    await walk.round(anchors, missing_ok=True)
-    order = sorted(found)
-
-    def down_to(floor: int) -> _OnReply:
-        async def step(message: Msg) -> None:
-            previous = keep(message)
-            if previous > floor:
-                await walk.get({"seq": previous}, step)
-            elif previous != floor:
-                raise _BrokenChain(f"the walk skips {floor}")
-
-        return step
-
-    walks: list[tuple[dict[str, Any], _OnReply]] = []
-    for floor, top in zip([0, *order[:-1]], order, strict=True):
-        previous = found[top][2]
-        if previous > floor:
-            walks.append(({"seq": previous}, down_to(floor)))
-        elif previous != floor:
-            raise _BrokenChain(f"the walk from {top} skips {floor}")
-    await walk.round(walks)
-    return found
-
-
 def _in_order(found: dict[int, Walked], count: int) -> list[RawStored]:
     """The walked messages in stream order, if they are as many as the server counts: then,
     all of them on the session's subjects and at distinct seqs, they are the whole session,
     whatever the back-pointers said."""
     if len(found) != count:
-        raise _BrokenChain(f"found {len(found)} of {count}")
+        raise BrokenChain(f"found {len(found)} of {count}")
     seqs = sorted(found)
     return [
         RawStored(
@@ -565,7 +381,7 @@ async def stored_reply_at(
 ) -> dict[str, Any] | None:
     """The reply stored on the session's event at `session_seq` (a command's last event
     carries the reply first sent), read back from the session's last event along its links
-    (`_previous_seq`), one direct get per event after it; None when the session has no such
+    (`previous_seq`), one direct get per event after it; None when the session has no such
     event or it carries no reply. Raises `NotYetStored` when the replica that answered ends
     before `session_seq`, and nats-py's errors when a get goes unanswered."""
     subject_filter = session_subject_filter(session_id)
@@ -577,17 +393,17 @@ async def stored_reply_at(
 
     async def step(message: Msg) -> None:
         nonlocal last, read
-        previous = _link_below(message, subject_filter, token)
+        previous = link_below(message, subject_filter, token)
         event = orjson.loads(message.data)
         at = event.get("session_seq") if isinstance(event, dict) else None
         last, read = (at, event), read + 1
         if isinstance(at, int) and at > session_seq and previous > 0:
             await walk.get({"seq": previous}, step)
 
-    async with _ChainWalk(nc, stream, timeout_s) as walk:
+    async with ChainWalk(nc, stream, timeout_s) as walk:
         try:
             await walk.round([({"last_by_subj": subject_filter}, step)])
-        except _BrokenChain:
+        except BrokenChain:
             return None
     at, event = last
     if not isinstance(at, int) or at > session_seq:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from contracts.commands import Command
 from contracts.errors import ErrorCode
 from contracts.events import Event
+from contracts.session_index import SessionIndex
 from contracts.state import SessionState
 from core import CommandContext, CoreConfig, decide
 from core.clock import timed
@@ -53,6 +54,9 @@ class CachedSession:
 
     state: SessionState
     last_stream_seq: int
+    #: Where the session's appends are, for the next append's index header
+    #: (`contracts.session_index`); None when not known, and then none is written.
+    index: SessionIndex | None = None
 
 
 class LogUnavailable(Exception):
@@ -247,7 +251,11 @@ async def _attempt(
             raise CommitConflict("the session decided on is behind the log")
         return decision.reply
     append = SessionAppend(
-        command.session_id, entry.last_stream_seq, decision.events, encoded=decision.encoded
+        command.session_id,
+        entry.last_stream_seq,
+        decision.events,
+        encoded=decision.encoded,
+        index=entry.index,
     )
     try:
         seqs = await ports.commit(append, deadline.left())

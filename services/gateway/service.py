@@ -13,9 +13,8 @@ import asyncio
 import logging
 import random
 import time
-from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
@@ -38,6 +37,7 @@ from contracts.decode import decode
 from contracts.errors import ErrorCode, ReminderError
 from contracts.events import Event
 from contracts.replies import ErrorReply
+from contracts.session_index import IndexBuilder
 from contracts.state import SessionState
 from contracts.tenants import DEFAULT_TENANT
 from core import CommandContext, fold_all
@@ -61,6 +61,7 @@ from services.gateway.audit_reads import AuditReads, too_busy_reply
 from services.gateway.command import CachedSession, Deadline, LogUnavailable, run_command
 from services.gateway.committer import GroupCommitter
 from services.gateway.forget import Forgetter
+from services.gateway.pacing import RateLimiter, SessionLocks
 from services.gateway.queries import ProjectionReader, QueryBusy, pending_injections
 from services.gateway.replies import RETRY_AFTER_MS, error_reply, unavailable_reply
 from services.gateway.rpc import handle_rpc_bytes
@@ -86,60 +87,6 @@ CATCH_UP_PAUSE_S = 0.05
 
 #: The per-command check of the caller (`CommandPorts.check_caller`).
 CallerCheck = Callable[[Command, SessionState], dict[str, Any] | None]
-
-
-class RateLimiter:
-    """At most `limit` commands per second per session, per gateway replica (SPEC §4.1)."""
-
-    def __init__(self, limit: int, max_sessions: int = 100_000) -> None:
-        self._limit = limit
-        self._max_sessions = max_sessions
-        self._windows: OrderedDict[str, deque[float]] = OrderedDict()
-
-    def retry_after_ms(self, session_id: str, now: float) -> int:
-        """0 when the command may go now (and counts it), else how long to wait."""
-        window = self._windows.setdefault(session_id, deque())
-        self._windows.move_to_end(session_id)
-        while window and now - window[0] >= 1.0:
-            window.popleft()
-        if len(window) >= self._limit:
-            return max(1, int((1.0 - (now - window[0])) * 1000))
-        window.append(now)
-        # Least recently used first: drop every window that no longer counts anything (its
-        # newest command a second old), as well as any beyond the bound, so an idle session
-        # holds nothing here.
-        while self._windows:
-            oldest = next(iter(self._windows.values()))
-            if len(self._windows) <= self._max_sessions and now - oldest[-1] < 1.0:
-                break
-            self._windows.popitem(last=False)
-        return 0
-
-
-class SessionLocks:
-    """One asyncio lock per session id, dropped when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def hold(self, session_id: str, timeout_s: float | None = None) -> AsyncIterator[None]:
-        """Serialize commands of one session within this process; with `timeout_s`, raise
-        `TimeoutError` rather than wait longer for the command in flight before this one."""
-        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
-        self._locks[session_id] = (lock, users + 1)
-        try:
-            await asyncio.wait_for(lock.acquire(), timeout_s)
-            try:
-                yield
-            finally:
-                lock.release()
-        finally:
-            lock, users = self._locks[session_id]
-            if users <= 1:
-                del self._locks[session_id]
-            else:
-                self._locks[session_id] = (lock, users - 1)
 
 
 async def _from_log(read: Callable[[], Awaitable[Read]], timeout_s: float) -> Read:
@@ -261,9 +208,9 @@ class NatsCommandPorts:
         since = 0.0 if profile is None else profile.now()
         last = messages[-1].stream_seq if messages else 0
         kept: list[tuple[Event, int]] = []
-        entry = CachedSession(
-            fold_all(SessionState(), _decoded(messages, events_after, kept)), last
-        )
+        index = IndexBuilder()
+        state = fold_all(SessionState(), _decoded(messages, events_after, kept, index))
+        entry = CachedSession(state, last, index.index())
         self.cache.put(session_id, entry)
         if profile is not None:
             # The read's messages and its wait are not in it: only decoding and folding.
@@ -358,7 +305,8 @@ class NatsCommandPorts:
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
         state = fold_all(entry.state, list(zip(events, seqs, strict=True)))
-        self.cache.put(state.session_id, CachedSession(state, seqs[-1]), len(events))
+        index = None if entry.index is None else entry.index.after(seqs[0], len(seqs))
+        self.cache.put(state.session_id, CachedSession(state, seqs[-1], index), len(events))
         if self._metrics is not None:
             for event in events:
                 self._metrics.events.add(1, {"kind": event.kind})
@@ -374,10 +322,14 @@ class NatsCommandPorts:
 
 
 def _decoded(
-    messages: list[RawStored], events_after: int | None, kept: list[tuple[Event, int]]
+    messages: list[RawStored],
+    events_after: int | None,
+    kept: list[tuple[Event, int]],
+    index: IndexBuilder | None = None,
 ) -> Iterator[tuple[Event, int]]:
     """Each stored message decoded, in order, for one fold; `kept` gets those after
-    `events_after`. A long session is folded one event at a time, each message and event
+    `events_after`, `index` each one's command id and stream seq (the session's index for
+    its next append). A long session is folded one event at a time, each message and event
     let go once folded: its decoded history all at once is many times its stored bytes,
     which a gateway would otherwise hold whenever it reads a session it has not cached."""
     messages.reverse()
@@ -386,6 +338,8 @@ def _decoded(
         event = decode(raw.data)
         if events_after is not None and raw.stream_seq > events_after:
             kept.append((event, raw.stream_seq))
+        if index is not None:
+            index.add(event.command_id, raw.stream_seq)
         yield event, raw.stream_seq
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from contracts.decode import DecodeError, decode
 from contracts.events import Event
+from contracts.session_index import IndexBuilder
 from contracts.state import SessionState
 from core import fold_all
 from services.adapters.lru import SizedLru
@@ -168,4 +169,7 @@ def caught_up(
         raise ShorterLog(f"the log counts {count} of {expected - 1} seen")
     if not new:
         return base, kept
-    return CachedSession(fold_all(base.state, new), new[-1][1]), kept
+    index = IndexBuilder(base.index)
+    for event, seq in new:
+        index.add(event.command_id, seq)
+    return CachedSession(fold_all(base.state, new), new[-1][1], index.index()), kept

@@ -12,9 +12,12 @@ import orjson
 import pytest
 from nats.aio.client import Client
 
+from contracts import session_index
 from contracts.decode import decode
 from contracts.state import SessionState
+from contracts.subjects import session_subject_filter
 from core import fold_all
+from services.adapters import session_read
 from services.adapters.session_read import read_session
 from services.adapters.settings import Settings
 from services.gateway import service as gateway_service
@@ -184,3 +187,28 @@ async def test_a_tail_the_server_will_not_count_is_unavailable_not_read_whole(
         assert reply["ok"] and reply["session_seq"] == 6
         assert whole_reads == []
     await assert_cached_as_folded(nc, provisioned, b)
+
+
+async def test_each_replica_writes_the_index_whatever_way_it_learned_the_session(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Turn by turn through three replicas: each learns the session by a whole read first,
+    # then by catching up after another's appends; a fan-out of two makes the index deep.
+    monkeypatch.setattr(session_index, "FANOUT", 2)
+    async with replicas(nc, provisioned, 3) as three:
+        for n in range(14):
+            assert (await inject(three[n % 3], n))["ok"]
+    stream = provisioned.stream
+    scanned = [
+        raw.stream_seq
+        async for raw in session_read.iterate_direct(nc, stream, session_subject_filter(SESSION))
+    ]
+
+    async def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("not read through the index")
+
+    monkeypatch.setattr(session_read, "SCAN_SKIP_LIMIT", -1)
+    monkeypatch.setattr(session_read, "iterate_direct", refuse)
+    monkeypatch.setattr(session_read, "walk_session", refuse)
+    messages, _ = await session_read.session_messages(nc, stream, SESSION)
+    assert [raw.stream_seq for raw in messages] == scanned

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
+from contracts import session_index
 from contracts.events import Event
+from contracts.session_index import EMPTY_INDEX, SessionIndex
 from contracts.state import SessionState
 from contracts.subjects import event_subject, session_subject_filter
 from core import fold_all, handle
-from services.adapters import session_read
+from services.adapters import session_read, session_walk
 from services.adapters.append import SessionAppend, encode_event, publish_atomic
 from services.adapters.session_read import RawStored, read_session, session_messages
 from services.adapters.settings import Settings
@@ -36,12 +38,21 @@ def commands(session_id: str, turns: int) -> list[tuple[Event, ...]]:
     return decided
 
 
-async def interleave(nc: Client, sessions: dict[str, list[tuple[Event, ...]]]) -> None:
-    """Round by round, one atomic batch holding every session's next command."""
+async def interleave(
+    nc: Client, sessions: dict[str, list[tuple[Event, ...]]], indexed: bool = False
+) -> None:
+    """Round by round, one atomic batch holding every session's next command; `indexed`:
+    each append with the session's index header, as the gateway writes it."""
     last: dict[str, int] = {}
+    indexes: dict[str, SessionIndex | None] = {}
     for round_ in range(max(len(c) for c in sessions.values())):
         appends = [
-            SessionAppend(session_id, last.get(session_id, 0), decided[round_])
+            SessionAppend(
+                session_id,
+                last.get(session_id, 0),
+                decided[round_],
+                index=indexes.get(session_id, EMPTY_INDEX) if indexed else None,
+            )
             for session_id, decided in sessions.items()
             if round_ < len(decided)
         ]
@@ -50,6 +61,7 @@ async def interleave(nc: Client, sessions: dict[str, list[tuple[Event, ...]]]) -
         for append in appends:
             first += len(append.events)
             last[append.session_id] = first - 1
+            indexes[append.session_id] = append.stored(first - 1)
 
 
 async def scanned(nc: Client, stream: str, session_id: str, after_seq: int = 0) -> list[int]:
@@ -63,7 +75,7 @@ async def scanned(nc: Client, stream: str, session_id: str, after_seq: int = 0) 
 def walk_always(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every read walks, however small the stream, with short walks (more anchors)."""
     monkeypatch.setattr(session_read, "SCAN_SKIP_LIMIT", -1)
-    monkeypatch.setattr(session_read, "CHAIN_LANE_LENGTH", 2)
+    monkeypatch.setattr(session_walk, "CHAIN_LANE_LENGTH", 2)
 
 
 def no_scan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,3 +132,54 @@ async def test_a_message_without_its_back_pointer_makes_the_read_scan(
     no_scan(monkeypatch)
     with pytest.raises(AssertionError, match="scanned instead of walking"):
         await session_messages(nc, stream, "patchy")
+
+
+def no_back_pointer_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def refuse(*_: Any) -> None:
+        raise AssertionError("walked the back-pointers instead of the index")
+
+    monkeypatch.setattr(session_read, "walk_session", refuse)
+
+
+@pytest.mark.usefixtures("walk_always")
+async def test_an_indexed_session_is_read_through_its_index(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fan-out of two makes the 18 appends' index four levels deep.
+    monkeypatch.setattr(session_index, "FANOUT", 2)
+    sessions = {f"noise-{n}": commands(f"noise-{n}", 2) for n in range(8)}
+    sessions["indexed"] = commands("indexed", 6)
+    await interleave(nc, sessions, indexed=True)
+    stream = provisioned.stream
+    whole = await scanned(nc, stream, "indexed")
+    no_scan(monkeypatch)
+    no_back_pointer_walk(monkeypatch)
+    messages, sent = await session_messages(nc, stream, "indexed")
+    assert [raw.stream_seq for raw in messages] == whole
+    assert sent == len(whole)  # each event asked for once
+    stored = await read_session(nc, stream, "indexed")
+    assert [item.envelope["session_seq"] for item in stored] == list(range(1, len(whole) + 1))
+
+
+@pytest.mark.usefixtures("walk_always")
+async def test_an_index_that_does_not_lead_to_the_session_makes_the_read_walk(
+    nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_index, "FANOUT", 2)
+    sessions = {f"noise-{n}": commands(f"noise-{n}", 2) for n in range(4)}
+    sessions["misled"] = commands("misled", 3)
+    await interleave(nc, sessions, indexed=True)
+    stream = provisioned.stream
+    whole = await scanned(nc, stream, "misled")
+    # The next append's index names another session's message as one of this session's.
+    noise = (await scanned(nc, stream, "noise-0"))[-1]
+    wrong = SessionIndex(((noise, 1),), ())
+    decided = commands("misled", 4)[9]
+    await publish_atomic(nc, [SessionAppend("misled", whole[-1], decided, index=wrong)], "x")
+    whole = await scanned(nc, stream, "misled")
+    no_scan(monkeypatch)
+    messages, _ = await session_messages(nc, stream, "misled")
+    assert [raw.stream_seq for raw in messages] == whole
+    no_back_pointer_walk(monkeypatch)
+    with pytest.raises(AssertionError, match="walked the back-pointers"):
+        await session_messages(nc, stream, "misled")

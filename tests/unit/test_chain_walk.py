@@ -1,4 +1,4 @@
-"""The back-pointer walk's direct gets (`_ChainWalk`): each reply is handled in the inbox
+"""The back-pointer walk's direct gets (`ChainWalk`): each reply is handled in the inbox
 subscription's callback, which may send the next get; a round ends when every get sent in it
 is answered, raises what handling a reply raised, and gives up only when no reply has come
 for its timeout — however long the whole round takes."""
@@ -14,7 +14,7 @@ import orjson
 import pytest
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from services.adapters.session_read import _BrokenChain, _ChainWalk, _NotStored
+from services.adapters.session_walk import BrokenChain, ChainWalk, NotStored
 
 
 class Message:
@@ -82,17 +82,17 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def walking(server: Server, timeout_s: float = 1.0) -> AsyncIterator[_ChainWalk]:
+async def walking(server: Server, timeout_s: float = 1.0) -> AsyncIterator[ChainWalk]:
     """A walk over `server` (in the place of a nats-py client), the server stopped after."""
     nc: Any = server
     try:
-        async with _ChainWalk(nc, "S", timeout_s) as walk:
+        async with ChainWalk(nc, "S", timeout_s) as walk:
             yield walk
     finally:
         server.close()
 
 
-def walker(walk: _ChainWalk, kept: list[int]) -> Callable[[Any], Awaitable[None]]:
+def walker(walk: ChainWalk, kept: list[int]) -> Callable[[Any], Awaitable[None]]:
     """A handler that keeps each message and walks down to seq 1."""
 
     async def step(message: Any) -> None:
@@ -119,7 +119,7 @@ async def test_a_missing_message_breaks_the_chain_unless_allowed() -> None:
     server = Server(3)
     kept: list[int] = []
     async with walking(server) as walk:
-        with pytest.raises(_NotStored):
+        with pytest.raises(NotStored):
             await walk.round([({"seq": 9}, walker(walk, kept))])
     assert kept == []
 
@@ -128,10 +128,10 @@ async def test_what_handling_a_reply_raises_the_round_raises() -> None:
     server = Server(10)
 
     async def refuse(message: Any) -> None:
-        raise _BrokenChain("points up")
+        raise BrokenChain("points up")
 
     async with walking(server) as walk:
-        with pytest.raises(_BrokenChain, match="points up"):
+        with pytest.raises(BrokenChain, match="points up"):
             await walk.round([({"seq": 5}, refuse)])
 
 

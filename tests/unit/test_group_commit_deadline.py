@@ -11,7 +11,7 @@ import pytest
 
 from services.adapters.append import SessionAppend
 from services.gateway.committer import CommitUnavailable, CommitUncertain, GroupCommitter
-from services.gateway.service import SessionLocks
+from services.gateway.pacing import SessionLocks
 from tests.support import Driver
 
 
