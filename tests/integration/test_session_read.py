@@ -141,17 +141,25 @@ def no_back_pointer_walk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session_read, "walk_session", refuse)
 
 
+async def indexed_among_noise(
+    nc: Client, stream: str, session_id: str, turns: int, monkeypatch: pytest.MonkeyPatch
+) -> list[int]:
+    """The session's `turns` and other sessions' commands interleaved, every append with its
+    index at a fan-out of two (so a few appends make it deep); the session's stream seqs."""
+    monkeypatch.setattr(session_index, "FANOUT", 2)
+    sessions = {f"noise-{n}": commands(f"noise-{n}", 2) for n in range(6)}
+    sessions[session_id] = commands(session_id, turns)
+    await interleave(nc, sessions, indexed=True)
+    return await scanned(nc, stream, session_id)
+
+
 @pytest.mark.usefixtures("walk_always")
 async def test_an_indexed_session_is_read_through_its_index(
     nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A fan-out of two makes the 18 appends' index four levels deep.
-    monkeypatch.setattr(session_index, "FANOUT", 2)
-    sessions = {f"noise-{n}": commands(f"noise-{n}", 2) for n in range(8)}
-    sessions["indexed"] = commands("indexed", 6)
-    await interleave(nc, sessions, indexed=True)
+    # Six turns are 18 appends: an index four levels deep.
     stream = provisioned.stream
-    whole = await scanned(nc, stream, "indexed")
+    whole = await indexed_among_noise(nc, stream, "indexed", 6, monkeypatch)
     no_scan(monkeypatch)
     no_back_pointer_walk(monkeypatch)
     messages, sent = await session_messages(nc, stream, "indexed")
@@ -165,12 +173,8 @@ async def test_an_indexed_session_is_read_through_its_index(
 async def test_an_index_that_does_not_lead_to_the_session_makes_the_read_walk(
     nc: Client, provisioned: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(session_index, "FANOUT", 2)
-    sessions = {f"noise-{n}": commands(f"noise-{n}", 2) for n in range(4)}
-    sessions["misled"] = commands("misled", 3)
-    await interleave(nc, sessions, indexed=True)
     stream = provisioned.stream
-    whole = await scanned(nc, stream, "misled")
+    whole = await indexed_among_noise(nc, stream, "misled", 3, monkeypatch)
     # The next append's index names another session's message as one of this session's.
     noise = (await scanned(nc, stream, "noise-0"))[-1]
     wrong = SessionIndex(((noise, 1),), ())
