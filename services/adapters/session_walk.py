@@ -230,95 +230,96 @@ async def walk_index(
     the last message carries no index (a session written before there was one); raises
     `BrokenChain` when the index does not lead to messages of the session, or names more
     than the stream holds (`subjects`: its count of the session's messages by subject)."""
-    count = sum(subjects.values())
-    subject_filter = session_subject_filter(session_id)
-    token = session_token(session_id)
-    found: dict[int, Walked] = {}
-    asked: set[int] = set()
-    indexes: dict[int, str] = {}
-    expansions: dict[int, list[int]] = {}
+    read = _IndexWalk(walk, session_id, sum(subjects.values()))
+    await walk.round([({"last_by_subj": session_subject_filter(session_id)}, read.last)])
+    return read.found if read.indexed else None
 
-    async def want(seq: int) -> None:
-        if seq in asked:
+
+class _IndexWalk:
+    """One read of a session through its index (`walk_index`): what was asked for, what
+    arrived, and which arrived messages' index levels still wait to be expanded."""
+
+    def __init__(self, walk: ChainWalk, session_id: str, count: int) -> None:
+        self._walk = walk
+        self._token = session_token(session_id)
+        self._count = count
+        self.found: dict[int, Walked] = {}
+        self.indexed = False
+        self._asked: set[int] = set()
+        self._indexes: dict[int, str] = {}
+        #: Seqs asked for whose index levels are to be expanded once they arrive.
+        self._expansions: dict[int, list[int]] = {}
+
+    async def last(self, message: Msg) -> None:
+        """The session's last message: its own append's other events, and every level of
+        its index."""
+        seq = self._keep(message)
+        if seq not in self._indexes:
             return
-        asked.add(seq)
-        if len(asked) > count:
-            raise BrokenChain(f"the index names more than the {count} messages stored")
-        await walk.get({"seq": seq}, arrived)
+        self.indexed = True
+        parsed = self._parsed(seq)
+        await self._want_runs([(seq - parsed.count + 1, parsed.count - 1)], seq)
+        for depth in range(len(parsed.refs) + 1):
+            await self._expand_level(seq, parsed, depth)
 
-    def keep(message: Msg) -> tuple[int, str | None]:
+    async def _arrived(self, message: Msg) -> None:
+        seq = self._keep(message)
+        for depth in self._expansions.pop(seq, ()):
+            await self._expand_level(seq, self._parsed(seq), depth)
+
+    def _keep(self, message: Msg) -> int:
         headers = message.headers or {}
         seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
-        if parse_event_subject(subject) is None or last_token(subject) != token:
+        if parse_event_subject(subject) is None or last_token(subject) != self._token:
             raise BrokenChain(subject)
-        asked.add(seq)
-        found[seq] = (message.data, subject, 0)
+        self._asked.add(seq)
+        self.found[seq] = (message.data, subject, 0)
         value = headers.get(H_SESSION_INDEX)
         if value is not None:
-            indexes[seq] = value
-        return seq, value
+            self._indexes[seq] = value
+        return seq
 
-    async def arrived(message: Msg) -> None:
-        seq, _ = keep(message)
-        for depth in expansions.pop(seq, ()):
-            await expand_at(seq, depth)
+    def _parsed(self, seq: int) -> ParsedIndex:
+        value = self._indexes.get(seq)
+        if value is None:
+            raise BrokenChain(f"no index at {seq}")
+        try:
+            return parse_index(value)
+        except ValueError as exc:
+            raise BrokenChain(f"the index at {seq}: {exc}") from None
 
-    async def expand(ref: int, depth: int) -> None:
-        if ref in found:
-            await expand_at(ref, depth)
-            return
-        expansions.setdefault(ref, []).append(depth)
-        await want(ref)
-
-    async def expand_at(seq: int, depth: int) -> None:
-        parsed = _parsed(indexes.get(seq), seq)
+    async def _expand_level(self, seq: int, parsed: ParsedIndex, depth: int) -> None:
+        """Level `depth` of the index at `seq`: its appends' events at 0, else each message
+        it names, whose level `depth - 1` is expanded in turn."""
         if depth == 0:
-            await want_runs(parsed.runs, seq)
+            await self._want_runs(parsed.runs, seq)
             return
         for ref in parsed.level(depth):
             assert isinstance(ref, int)
             if ref >= seq:
                 raise BrokenChain(f"the index at {seq} names {ref}")
-            await expand(ref, depth - 1)
+            if ref in self.found:
+                await self._expand_level(ref, self._parsed(ref), depth - 1)
+                continue
+            self._expansions.setdefault(ref, []).append(depth - 1)
+            await self._want(ref)
 
-    async def want_runs(runs: Sequence[Run], below: int) -> None:
+    async def _want_runs(self, runs: Sequence[Run], below: int) -> None:
         for first, n in runs:
             if first < 1 or first + n > below:
                 raise BrokenChain(f"the index at {below} names {first}:{n}")
             for seq in range(first, first + n):
-                await want(seq)
+                await self._want(seq)
 
-    indexed = False
-
-    async def last(message: Msg) -> None:
-        nonlocal indexed
-        seq, value = keep(message)
-        if value is None:
+    async def _want(self, seq: int) -> None:
+        if seq in self._asked:
             return
-        indexed = True
-        parsed = _parsed(value, seq)
-        await want_runs([(seq - parsed.count + 1, parsed.count - 1)], seq)
-        await want_runs(parsed.runs, seq)
-        for depth, refs in enumerate(parsed.refs):
-            for ref in refs:
-                if ref >= seq:
-                    raise BrokenChain(f"the index at {seq} names {ref}")
-                await expand(ref, depth)
-
-    await walk.round([({"last_by_subj": subject_filter}, last)])
-    return found if indexed else None
+        self._asked.add(seq)
+        if len(self._asked) > self._count:
+            raise BrokenChain(f"the index names more than the {self._count} messages stored")
+        await self._walk.get({"seq": seq}, self._arrived)
 
 
 #: A read of one session by its links: (walk, session id, the stream's count of the session's
 #: messages by subject) → each message found by seq, or None when this way does not apply.
 Walker = Callable[[ChainWalk, str, dict[str, int]], Awaitable[dict[int, Walked] | None]]
-
-
-def _parsed(value: str | None, seq: int) -> ParsedIndex:
-    """The index header of the message at `seq`; `BrokenChain` when it has none that reads."""
-    if value is None:
-        raise BrokenChain(f"no index at {seq}")
-    try:
-        return parse_index(value)
-    except ValueError as exc:
-        raise BrokenChain(f"the index at {seq}: {exc}") from None
