@@ -126,10 +126,8 @@ class ParsedIndex:
     runs: tuple[Run, ...]
     refs: tuple[tuple[int, ...], ...]
 
-    def level(self, depth: int) -> tuple[Run, ...] | tuple[int, ...]:
-        """Level `depth`'s entries (runs at 0, references above; none past the last)."""
-        if depth == 0:
-            return self.runs
+    def refs_at(self, depth: int) -> tuple[int, ...]:
+        """The references of level `depth` ≥ 1 (none past the last level)."""
         return self.refs[depth - 1] if depth <= len(self.refs) else ()
 
 

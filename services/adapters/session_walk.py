@@ -144,15 +144,24 @@ def previous_seq(seq: int, headers: dict[str, str], subject_filter: str) -> int:
     return seq - 1
 
 
+def on_session(headers: dict[str, str], token: str) -> tuple[int, str]:
+    """The stream seq and subject of a direct get's message; raises `BrokenChain` when the
+    message is not an event of the session whose subject token is `token`."""
+    seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
+    if parse_event_subject(subject) is None or last_token(subject) != token:
+        raise BrokenChain(subject)
+    return seq, subject
+
+
 def link_below(message: Msg, subject_filter: str, token: str) -> int:
     """Stream seq of the session's event before `message` (`previous_seq`); raises
     `BrokenChain` when the link points up or the message is off the session: not a chain
     the server vouched for (a copy of the stream renumbered, a message written some other
     way)."""
     headers = message.headers or {}
-    seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
+    seq, subject = on_session(headers, token)
     previous = previous_seq(seq, headers, subject_filter)
-    if previous >= seq or parse_event_subject(subject) is None or last_token(subject) != token:
+    if previous >= seq:
         raise BrokenChain(subject)
     return previous
 
@@ -269,9 +278,7 @@ class _IndexWalk:
 
     def _keep(self, message: Msg) -> int:
         headers = message.headers or {}
-        seq, subject = int(headers["Nats-Sequence"]), headers["Nats-Subject"]
-        if parse_event_subject(subject) is None or last_token(subject) != self._token:
-            raise BrokenChain(subject)
+        seq, subject = on_session(headers, self._token)
         self._asked.add(seq)
         self.found[seq] = (message.data, subject, 0)
         value = headers.get(H_SESSION_INDEX)
@@ -294,8 +301,7 @@ class _IndexWalk:
         if depth == 0:
             await self._want_runs(parsed.runs, seq)
             return
-        for ref in parsed.level(depth):
-            assert isinstance(ref, int)
+        for ref in parsed.refs_at(depth):
             if ref >= seq:
                 raise BrokenChain(f"the index at {seq} names {ref}")
             if ref in self.found:

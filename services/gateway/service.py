@@ -208,9 +208,9 @@ class NatsCommandPorts:
         since = 0.0 if profile is None else profile.now()
         last = messages[-1].stream_seq if messages else 0
         kept: list[tuple[Event, int]] = []
-        index = IndexBuilder()
-        state = fold_all(SessionState(), _decoded(messages, events_after, kept, index))
-        entry = CachedSession(state, last, index.index())
+        builder = IndexBuilder()
+        state = fold_all(SessionState(), _decoded(messages, events_after, kept, builder))
+        entry = CachedSession(state, last, builder.index())
         self.cache.put(session_id, entry)
         if profile is not None:
             # The read's messages and its wait are not in it: only decoding and folding.
@@ -325,10 +325,10 @@ def _decoded(
     messages: list[RawStored],
     events_after: int | None,
     kept: list[tuple[Event, int]],
-    index: IndexBuilder | None = None,
+    builder: IndexBuilder | None = None,
 ) -> Iterator[tuple[Event, int]]:
     """Each stored message decoded, in order, for one fold; `kept` gets those after
-    `events_after`, `index` each one's command id and stream seq (the session's index for
+    `events_after`, `builder` each one's command id and stream seq (the session's index for
     its next append). A long session is folded one event at a time, each message and event
     let go once folded: its decoded history all at once is many times its stored bytes,
     which a gateway would otherwise hold whenever it reads a session it has not cached."""
@@ -338,8 +338,8 @@ def _decoded(
         event = decode(raw.data)
         if events_after is not None and raw.stream_seq > events_after:
             kept.append((event, raw.stream_seq))
-        if index is not None:
-            index.add(event.command_id, raw.stream_seq)
+        if builder is not None:
+            builder.add(event.command_id, raw.stream_seq)
         yield event, raw.stream_seq
 
 

@@ -169,7 +169,7 @@ def caught_up(
         raise ShorterLog(f"the log counts {count} of {expected - 1} seen")
     if not new:
         return base, kept
-    index = IndexBuilder(base.index)
+    builder = IndexBuilder(base.index)
     for event, seq in new:
-        index.add(event.command_id, seq)
-    return CachedSession(fold_all(base.state, new), new[-1][1], index.index()), kept
+        builder.add(event.command_id, seq)
+    return CachedSession(fold_all(base.state, new), new[-1][1], builder.index()), kept

@@ -55,11 +55,11 @@ def read(stored: list[Stored]) -> tuple[set[int], int]:
         found.update(ref for ref, _ in expand)
         runs, deeper = [], []
         for ref, depth in expand:
-            level = parse_index(headers[ref]).level(depth)
+            parsed = parse_index(headers[ref])
             if depth == 0:
-                runs += level
+                runs += parsed.runs
             else:
-                deeper += [(entry, depth - 1) for entry in level]
+                deeper += [(entry, depth - 1) for entry in parsed.refs_at(depth)]
         expand = deeper
     return found, rounds
 
