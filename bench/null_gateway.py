@@ -12,6 +12,14 @@ the gateway's figure over this one is the share of its time spent on anything bu
 
 `python -m bench.null_gateway URL --echo` answers `ok` at once, without publishing: the
 request and reply hops alone, which `sequential_latency` sets beside one gateway command.
+
+`python -m bench.null_gateway URL --core` adds the core's part of a command and nothing else:
+the request validated as the gateway validates it (`parse_command`), decided by the core
+against the session's state kept in memory (`decide`, with fresh ids and time), and the
+decided events folded into that state; the message published is the decision's last event,
+with the same expectation. No cache bounds, limits, metrics, group commit or session reads:
+`bench.gateway_floor` sets it beside the null gateway to show what the core alone leaves of
+the null gateway's rate.
 """
 
 from __future__ import annotations
@@ -25,32 +33,56 @@ import orjson
 from nats.aio.msg import Msg
 
 from bench.traffic import decide_session
-from contracts.subjects import event_subject, session_subject_filter
+from contracts import commands as cmd
+from contracts.state import SessionState
+from contracts.subjects import event_subject, last_token, session_subject_filter
+from core import decide, fold
 from services.adapters.append import encode_event
+from services.adapters.ids import fresh_context
 from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT
 from services.gateway.listener import QUEUE_GROUP
 
 COMMANDS = "reminders.v1.*"
 
 
-async def serve(url: str, echo: bool = False) -> None:
-    """Answer commands until SIGTERM (with `echo`, at once and without a publish)."""
+def decided_by_core(op: str, body: object, states: dict[str, SessionState]) -> tuple[str, bytes]:
+    """The core's part of one command (`--core`): validate, decide against the session's
+    state, fold the events into it; the kind and bytes of the last event decided."""
+    command, _ = cmd.parse_command(op, body)
+    state = states.get(command.session_id) or SessionState()
+    decision = decide(state, command, fresh_context())
+    if not decision.events:
+        raise RuntimeError(f"{op} decided nothing: {decision.reply}")
+    for event in decision.events:
+        state = fold(state, event)
+    states[command.session_id] = state
+    return decision.events[-1].kind, decision.encoded[-1]
+
+
+async def serve(url: str, echo: bool = False, core: bool = False) -> None:
+    """Answer commands until SIGTERM (with `echo`, at once and without a publish; with
+    `core`, each decided by the core first)."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     data = encode_event(decide_session("null-template", [0])[0][0])
     last: dict[str, int] = {}
     locks: dict[str, asyncio.Lock] = {}
+    states: dict[str, SessionState] = {}
     tasks: set[asyncio.Task[None]] = set()
 
     async def handle(message: Msg) -> None:
-        session_id = str(orjson.loads(message.data)["session_id"])
+        body = orjson.loads(message.data)
+        session_id = str(body["session_id"])
         # One command per session in flight, as the gateway does.
         async with locks.setdefault(session_id, asyncio.Lock()):
+            kind, event = "injected", data
+            if core:
+                kind, event = decided_by_core(last_token(message.subject), body, states)
             headers = {
                 H_EXPECTED_SUBJECT: session_subject_filter(session_id),
                 H_EXPECTED_SEQ: str(last.get(session_id, 0)),
             }
-            ack = await js.publish(event_subject("injected", session_id), data, headers=headers)
+            ack = await js.publish(event_subject(kind, session_id), event, headers=headers)
             last[session_id] = ack.seq
         await message.respond(orjson.dumps({"ok": True, "stream_seq": ack.seq}))
 
@@ -73,4 +105,4 @@ async def serve(url: str, echo: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1], echo="--echo" in sys.argv[2:]))
+    asyncio.run(serve(sys.argv[1], echo="--echo" in sys.argv[2:], core="--core" in sys.argv[2:]))
