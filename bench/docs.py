@@ -101,7 +101,7 @@ def single_process(results: Results) -> str:
         f"| the same, {_n(p100['sessions'])} sessions ({_n(p100['events'])} events) "
         f"| {_n(p100['projector_events_per_s'])} events/s (raw: "
         f"{_n(p100['raw_fetch_ack_msgs_per_s'])}/s), peak RSS "
-        f"{p100['projector_peak_rss_mib']:g} MiB with the default 16 MiB cache "
+        f"{p100['projector_peak_rss_mib']:g} MiB with the default cache "
         "| `--only projector_100k` |",
     ]
     return "\n".join(rows) + f"\n\nFrom {_run_line(bench)}.\n"

@@ -109,7 +109,7 @@ class Settings(BaseModel):
         default=None, ge=0, description="REMINDERS_PROJECTOR_PARTITION (this process)"
     )
     projector_cache_bytes: int = Field(
-        default=16 * 1024 * 1024,
+        default=64 * 1024 * 1024,
         ge=0,
         description="REMINDERS_PROJECTOR_CACHE_BYTES (encoded state bytes the projector caches)",
     )

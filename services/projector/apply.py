@@ -31,9 +31,12 @@ written one by one, each judged again on a stale revision. Within a session the 
 the stream's: its deliveries are folded in order, written once, then acked; and the next
 batch is only fetched once every session of this one is done.
 
-The cache of records is bounded in bytes — the size of each record's encoded bucket value,
-a measure that grows with what the state holds rather than with how many sessions there
-are — and evicts the least recently used; an evicted session is read back from the bucket.
+The cache holds each session's bucket value as bytes, not the decoded record: a state held
+as Python objects takes several times its encoded size, so the same memory keeps several
+times as many sessions, and a touch of a cached one costs a decode instead of a bucket read.
+It is bounded by the sum of those values' sizes (a measure that grows with what the states
+hold rather than with how many sessions there are) and evicts the least recently used; an
+evicted session is read back from the bucket.
 """
 
 from __future__ import annotations
@@ -72,6 +75,22 @@ class Slot:
     revision: int | None
     size: int = 0
     """Bytes of the record's encoded value: what it counts against the cache budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What the cache holds of a session: its bucket value as last read or written, and its
+    revision. The record is decoded again on its next touch: held as Python objects, a state
+    takes several times its encoded bytes, so the same memory keeps several times as many
+    sessions as bytes, and a touch of one of them costs a decode instead of a bucket read."""
+
+    value: bytes | None
+    revision: int | None
+
+    @property
+    def size(self) -> int:
+        """Bytes of the value: what it counts against the cache budget."""
+        return len(self.value or b"")
 
 
 @dataclass
@@ -125,7 +144,7 @@ class Projector:
         *,
         gap_delay_s: float = 0.5,
         max_gap_redeliveries: int = 20,
-        cache_bytes: int = 16 * 1024 * 1024,
+        cache_bytes: int = 64 * 1024 * 1024,
         cas_retries: int = 5,
         concurrency: int = 64,
         round_sessions: int = 256,
@@ -137,7 +156,7 @@ class Projector:
         self._dead_letters = dead_letters
         self._gap_delay_s = gap_delay_s
         self._max_gap_redeliveries = max_gap_redeliveries
-        self._cache: SizedLru[Slot] = SizedLru(cache_bytes)
+        self._cache: SizedLru[Kept] = SizedLru(cache_bytes)
         self._cas_retries = cas_retries
         self._concurrency = max(1, concurrency)
         self._round_sessions = max(1, min(round_sessions, MANY_LIMIT))
@@ -267,20 +286,26 @@ class Projector:
         """Records evicted from the cache beyond its budget so far."""
         return self._cache.evictions
 
-    def _remember(self, token: str, slot: Slot) -> None:
-        """Cache `slot` as the newest, then evict the oldest while over the byte budget."""
-        self._cache.put(token, slot)
+    def _remember(self, token: str, value: bytes | None, revision: int | None) -> None:
+        """Cache the session's value as the newest, then evict the oldest while over the
+        byte budget."""
+        # A copy of exactly its size: the encoder's output keeps the block it was grown in,
+        # and thousands of those freed in LRU order left the heap several times the budget
+        # (bench/results/projector_value_cache_ab.json).
+        kept = None if value is None else memoryview(value).tobytes()
+        self._cache.put(token, Kept(kept, revision))
 
     async def _slot(
         self, token: str, fresh: bool = False, read: tuple[bytes | None, int | None] | None = None
     ) -> Slot:
         """The session's record: cached, or as `read` (the round's read of it), or read now."""
-        slot = None if fresh else self._cache.get(token)
-        if slot is None:
+        kept = None if fresh else self._cache.get(token)
+        if kept is not None:
+            value, revision = kept.value, kept.revision
+        else:
             value, revision = await self._store.read(token) if read is None else read
-            slot = Slot(decode_record(value), revision, len(value or b""))
-        self._remember(token, slot)
-        return slot
+            self._remember(token, value, revision)
+        return Slot(decode_record(value), revision, len(value or b""))
 
     async def _prepare(
         self,
@@ -375,7 +400,7 @@ class Projector:
                 [self._write_alone(item, report) for item, _ in batch], failures
             )
         for (item, value), revision in zip(batch, revisions, strict=True):
-            self._stored(item, revision, len(value), report)
+            self._stored(item, revision, value, report)
         return [item for item, _ in batch]
 
     async def _write_alone(self, item: _Judged, report: BatchReport) -> _Judged:
@@ -398,14 +423,14 @@ class Projector:
                 if attempt == self._cas_retries:
                     raise
                 continue
-            self._stored(item, revision, len(value), report)
+            self._stored(item, revision, value, report)
             break
         return item
 
-    def _stored(self, item: _Judged, revision: int, size: int, report: BatchReport) -> None:
-        """The session's record is the bucket's now, at `revision`: cache it as such."""
-        item.slot = Slot(item.record, revision, size)
-        self._remember(item.token, item.slot)
+    def _stored(self, item: _Judged, revision: int, value: bytes, report: BatchReport) -> None:
+        """The session's record is the bucket's now (`value`, at `revision`): cache it as such."""
+        item.slot = Slot(item.record, revision, len(value))
+        self._remember(item.token, value, revision)
         report.sessions_written += 1
 
     async def _acknowledge(self, item: _Judged, report: BatchReport) -> None:

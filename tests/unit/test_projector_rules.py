@@ -305,6 +305,23 @@ async def test_the_cache_stays_within_its_byte_budget_and_an_evicted_session_is_
     assert stored_state(store, "b").session_seq == 2
 
 
+async def test_the_cache_holds_each_session_as_its_written_bytes_and_is_not_read_back() -> None:
+    store, dlq = CountingStore(), FakeDlq()
+    log = session_log("a")
+    projector = Projector(store, dlq)
+    await projector.process(list(deliveries(log[:2])))
+    # What is counted is exactly the value written: the bytes themselves are what is held.
+    assert projector.cached_bytes == len(store.values["a"][0])
+    reads, read_calls = store.reads, store.read_calls
+    await projector.process(list(deliveries(log, first_seq=1)))
+    # The cached session was decoded from its bytes, not read back, and went on from there.
+    assert (store.reads, store.read_calls) == (reads, read_calls)
+    assert stored_state(store, "a") == fold_all(
+        SessionState(), [(e, i + 1) for i, e in enumerate(log)]
+    )
+    assert projector.cached_bytes == len(store.values["a"][0])
+
+
 async def test_a_session_failing_its_write_leaves_the_others_written_and_acked() -> None:
     @dataclass
     class Unreachable(FakeStore):
