@@ -69,12 +69,10 @@ log = logging.getLogger("reminders.projector")
 
 @dataclass
 class Slot:
-    """One session's record as last read or written."""
+    """One session's record as last read or written, decoded for the round that judges it."""
 
     record: Record
     revision: int | None
-    size: int = 0
-    """Bytes of the record's encoded value: what it counts against the cache budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +303,7 @@ class Projector:
         else:
             value, revision = await self._store.read(token) if read is None else read
             self._remember(token, value, revision)
-        return Slot(decode_record(value), revision, len(value or b""))
+        return Slot(decode_record(value), revision)
 
     async def _prepare(
         self,
@@ -429,7 +427,7 @@ class Projector:
 
     def _stored(self, item: _Judged, revision: int, value: bytes, report: BatchReport) -> None:
         """The session's record is the bucket's now (`value`, at `revision`): cache it as such."""
-        item.slot = Slot(item.record, revision, len(value))
+        item.slot = Slot(item.record, revision)
         self._remember(item.token, value, revision)
         report.sessions_written += 1
 
