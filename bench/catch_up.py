@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from bench.common import (
@@ -50,13 +51,19 @@ SUBJECTS = "transcript.reminder.>"
 PHASE_TIMEOUT_S = 1800.0
 
 
-async def fetch_and_ack(url: str, total: int) -> float:
-    """Baseline: messages/s of fetch(1000) + ack of every message on a fresh durable."""
+async def fetch_and_ack(
+    url: str,
+    total: int,
+    work: Callable[[Msg], None] | None = None,
+    durable: str = "bench-fetch",
+) -> float:
+    """Baseline: messages/s of fetch(1000) + ack of every message on a fresh durable (with
+    `work` done on each message before its ack: `bench.projector_floor`'s layers)."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     subscription = await js.pull_subscribe(
         SUBJECTS,
-        durable="bench-fetch",
+        durable=durable,
         stream=STREAM,
         config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=-1),
     )
@@ -65,11 +72,13 @@ async def fetch_and_ack(url: str, total: int) -> float:
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     while read < total and time.monotonic() < deadline:
         for message in await subscription.fetch(1000, timeout=10):
+            if work is not None:
+                work(message)
             await message.ack()
             read += 1
     seconds = time.perf_counter() - started
     await subscription.unsubscribe()
-    await js.delete_consumer(STREAM, "bench-fetch")
+    await js.delete_consumer(STREAM, durable)
     await nc.close()
     return rate(read, seconds)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CpuMeter, embedded_server, emit, provision_server, running_services
-from bench.write_path import drive_injects, null_gateway
+from bench.write_path import drive_injects, null_gateway, warm_up
 
 MODES = ("null", "null_core", "gateway")
 
@@ -36,8 +36,7 @@ def _measure(
     url: str, mode: str, pid: int, tag: str, sessions: int, per_session: int
 ) -> dict[str, Any]:
     """The load through the running process `pid`: commands/s and its CPU µs per command."""
-    # A few commands first, so the measured ones do not pay the first requests.
-    asyncio.run(drive_injects(url, f"warm-{tag}", 4, 5))
+    asyncio.run(warm_up(url, f"warm-{tag}"))
     meter = CpuMeter({mode: pid})
     per_s, failed, _ = asyncio.run(drive_injects(url, tag, sessions, per_session))
     cpu_ms = meter.ms_per(sessions * per_session)[mode]

@@ -52,7 +52,9 @@ def decided_by_core(op: str, body: object, states: dict[str, SessionState]) -> t
     state = states.get(command.session_id) or SessionState()
     decision = decide(state, command, fresh_context())
     if not decision.events:
-        raise RuntimeError(f"{op} decided nothing: {decision.reply}")
+        # The error's code only: a reply may carry what the command sent.
+        error = decision.reply.get("error") or {}
+        raise RuntimeError(f"{op} decided nothing: {error.get('code')}")
     for event in decision.events:
         state = fold(state, event)
     states[command.session_id] = state

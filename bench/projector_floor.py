@@ -36,12 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import nats
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.aio.msg import Msg
 
 from bench import msgspec_mirror
-from bench.catch_up import STREAM, SUBJECTS
-from bench.common import embedded_server, emit, provision_server, rate
+from bench.catch_up import fetch_and_ack
+from bench.common import embedded_server, emit, provision_server
 from bench.traffic import Plan, append_all, generate
 from contracts.state import SessionState
 from contracts.stored import read_stored
@@ -115,29 +114,18 @@ LAYERS: dict[str, Callable[[], Work]] = {
 }
 
 
-async def read_all(url: str, total: int, work: Work, durable: str) -> tuple[float, float]:
-    """Messages/s and µs of this process's CPU per message of the baseline's loop over the
-    whole stream on a fresh durable, with `work` done on each message before its ack."""
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    subscription = await js.pull_subscribe(
-        SUBJECTS,
-        durable=durable,
-        stream=STREAM,
-        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=-1),
-    )
-    read = 0
-    started, cpu = time.perf_counter(), time.process_time()
-    while read < total:
-        for message in await subscription.fetch(1000, timeout=10):
-            work(message.data, message.subject, message.metadata.sequence.stream)
-            await message.ack()
-            read += 1
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    await subscription.unsubscribe()
-    await js.delete_consumer(STREAM, durable)
-    await nc.close()
-    return rate(read, seconds), round(cpu / max(1, read) * 1e6, 1)
+def read_all(url: str, total: int, work: Work, durable: str) -> tuple[float, float]:
+    """Messages/s of the baseline's own loop (`bench.catch_up.fetch_and_ack`) over the whole
+    stream on a fresh durable with `work` done on each message before its ack, and µs of
+    this process's CPU per message."""
+
+    def on_message(message: Msg) -> None:
+        work(message.data, message.subject, message.metadata.sequence.stream)
+
+    cpu = time.process_time()
+    msgs_per_s = asyncio.run(fetch_and_ack(url, total, on_message, durable))
+    cpu = time.process_time() - cpu
+    return msgs_per_s, round(cpu / max(1, total) * 1e6, 1)
 
 
 def run(sessions: int, commands: float, passes: int) -> dict[str, Any]:
@@ -156,9 +144,7 @@ def run(sessions: int, commands: float, passes: int) -> dict[str, Any]:
         del traffic
         collect_less_often(PROJECTOR_COLLECT_AFTER_ALLOCATIONS)
         for index, layer in enumerate(order):
-            msgs_per_s, cpu_us = asyncio.run(
-                read_all(server.url, total, LAYERS[layer](), f"floor-{index}")
-            )
+            msgs_per_s, cpu_us = read_all(server.url, total, LAYERS[layer](), f"floor-{index}")
             reads.append({"layer": layer, "msgs_per_s": msgs_per_s, "cpu_us_per_msg": cpu_us})
             print(f"{layer}: {msgs_per_s:,.0f} msgs/s, {cpu_us} µs CPU per message", flush=True)
     baseline = [each["msgs_per_s"] for each in reads if each["layer"] == "fetch_ack"]

@@ -130,9 +130,10 @@ async def drive_injects(
     return rate(sessions * per_session, ended - started), failed, ended
 
 
-async def warm_up(url: str) -> None:
-    """A few commands first, so the measured run does not pay the gateway's first requests."""
-    await drive_injects(url, "warm", 4, 5)
+async def warm_up(url: str, prefix: str = "warm") -> None:
+    """A few commands first, so the measured run does not pay the gateway's first requests
+    (on sessions named from `prefix`: a null gateway keeps no sessions it did not write)."""
+    await drive_injects(url, prefix, 4, 5)
 
 
 async def projector_lag(url: str, since: float) -> tuple[int, float]:
