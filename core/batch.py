@@ -18,13 +18,13 @@ from contracts.state import SessionState
 from core import rules
 from core.canonical import derived_uuid7, linked
 from core.config import CommandContext, CoreConfig
-from core.fold import Scratch, apply_event, trusted
+from core.fold import Scratch, apply_body, apply_link, trusted
 from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
 
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.
 _CHAIN_BYTES = 76
 #: What the stored state holds beyond the measured scratch: the chain head (64 hex; the
-#: drafts carry an empty chain until `finish` links them), the projector's `stream_seq`
+#: scratch is measured without one, since `finish` links the drafts after the check), the projector's `stream_seq`
 #: (up to 16 digits; the scratch keeps the previous one), and 64 bytes for the KV record's
 #: framing.
 _STATE_SLACK = 64 + 16 + 64
@@ -43,6 +43,20 @@ class Decision:
     #: event at this `session_seq`, and only the log holds it. `reply` is the answer when
     #: the log has no such event. None: `reply` is the answer.
     reply_in_log: int | None = None
+    #: The scratch the batch folded `events` into, chain and reply included (None when
+    #: there are no events): `state_after` makes it the state, so whoever stores the events
+    #: need not fold them a second time.
+    folded: Scratch | None = field(default=None, compare=False, repr=False)
+
+    def state_after(self, state: SessionState, stream_seq: int) -> SessionState:
+        """The state after this decision's events on `state` (the state decided on), the
+        last stored at `stream_seq`: what `fold_all` of the events gives."""
+        if self.folded is None:
+            return state
+        # The batch is done with its scratch: the state takes over its lists (and the index
+        # of its remembered replies) as `fold_all` hands over its own.
+        self.folded.stream_seq = stream_seq
+        return self.folded.release()
 
     @property
     def ok(self) -> bool:
@@ -94,7 +108,7 @@ class Batch:
             ),
         )
         self.drafts.append(draft)
-        apply_event(self.scratch, draft)
+        apply_body(self.scratch, draft)
 
     def _state_surely_fits(self, config: CoreConfig, remembered_bytes: int) -> bool:
         """Whether a bound from list lengths alone shows the state after the command fits,
@@ -128,7 +142,10 @@ class Batch:
         if not self._state_surely_fits(config, remembered_bytes):
             # The state as the projector will store it, stream_seq at its longest.
             state = self.scratch.freeze()
-            state_bytes = len(state.model_dump_json().encode()) + _STATE_SLACK
+            # Until `finish` links the drafts, the scratch holds the chain head from before
+            # the command (ASCII hex, or empty for a new session): the slack counts the new.
+            measured = len(state.model_dump_json().encode()) - len(state.chain_head)
+            state_bytes = measured + _STATE_SLACK
             fits("state", state_bytes + remembered_bytes, config.max_payload_bytes)
 
     def finish(
@@ -160,5 +177,7 @@ class Batch:
             encoded.append(data)
             # The draft's parts were validated when built; only reply and chain are new.
             update = {"chain": previous, "reply": wire if is_last else None}
-            final.append(draft.model_copy(update=update))
+            event = draft.model_copy(update=update)
+            apply_link(self.scratch, event)
+            final.append(event)
         return tuple(final), wire, tuple(encoded)

@@ -137,7 +137,8 @@ def decide(
             fits("reply", json_bytes(answer), config.max_payload_bytes)
     except ReminderError as exc:
         return _error(exc)
-    return Decision(events=events, reply=answer, encoded=encoded)
+    folded = batch.scratch if events else None
+    return Decision(events=events, reply=answer, encoded=encoded, folded=folded)
 
 
 def handle(

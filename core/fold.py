@@ -384,13 +384,28 @@ FOLD_HANDLERS: dict[str, Handler] = {
 
 def apply_event(scratch: Scratch, event: ev.Event, stream_seq: int | None = None) -> None:
     """Fold one event into a scratch state in place."""
+    apply_body(scratch, event)
+    apply_link(scratch, event, stream_seq)
+
+
+def apply_body(scratch: Scratch, event: ev.Event) -> None:
+    """The part of `apply_event` that an event's kind, payload and header decide: all of it
+    but its `chain`, `reply` and stream position. A decider's batch folds each draft so
+    (`core.batch`), and `apply_link` with the linked event completes the fold."""
     FOLD_HANDLERS[event.kind](scratch, event.payload, event)
     scratch.session_id = event.session_id
     scratch.session_seq = event.session_seq
     scratch.turn = max(scratch.turn, event.turn)
     scratch.counters[event.kind] = scratch.counters.get(event.kind, 0) + 1
-    scratch.chain_head = event.chain
     scratch.last_occurred_at = event.occurred_at
+
+
+def apply_link(scratch: Scratch, event: ev.Event, stream_seq: int | None = None) -> None:
+    """The rest of `apply_event`: the chain head, the stream position, and the reply the
+    session remembers for a repeated `request_id`. No fold handler reads `chain` or
+    `reply`, so an event folded by `apply_body` as a draft and completed here with its
+    final form is folded exactly as `apply_event` folds that final form."""
+    scratch.chain_head = event.chain
     if stream_seq is not None:
         scratch.stream_seq = stream_seq
     if event.request_id is not None and event.reply is not None:

@@ -25,7 +25,7 @@ from contracts.errors import ErrorCode
 from contracts.events import Event
 from contracts.session_index import SessionIndex
 from contracts.state import SessionState
-from core import CommandContext, CoreConfig, decide
+from core import CommandContext, CoreConfig, Decision, decide
 from core.clock import timed
 from core.decide import with_unstored
 from services.adapters import stages
@@ -109,8 +109,8 @@ class CommandPorts(Protocol):
         """The per-command check of the caller, before every decide: None lets the command
         through, a reply refuses it (nothing is appended)."""
 
-    def remember(self, entry: CachedSession, events: tuple[Event, ...], seqs: list[int]) -> None:
-        """The command's events are stored at `seqs`: keep the new state, count them."""
+    def remember(self, entry: CachedSession, decision: Decision, seqs: list[int]) -> None:
+        """The decision's events are stored at `seqs`: keep the new state, count them."""
 
     def forget_cached(self, session_id: str, conflict: bool) -> None:
         """The cached session may be stale (after a conflict, or an unknown outcome)."""
@@ -261,7 +261,7 @@ async def _attempt(
         seqs = await ports.commit(append, deadline.left())
     except CommitUncertain as exc:
         raise _Uncertain(entry.last_stream_seq) from exc
-    ports.remember(entry, decision.events, seqs)
+    ports.remember(entry, decision, seqs)
     return decision.reply
 
 

@@ -40,7 +40,7 @@ from contracts.replies import ErrorReply
 from contracts.session_index import IndexBuilder
 from contracts.state import SessionState
 from contracts.tenants import DEFAULT_TENANT
-from core import CommandContext, fold_all
+from core import CommandContext, Decision, fold_all
 from services.adapters import stages
 from services.adapters.append import SessionAppend
 from services.adapters.ids import fresh_context
@@ -300,12 +300,14 @@ class NatsCommandPorts:
         """The configured per-command check of the caller; none lets every command through."""
         return None if self._caller_check is None else self._caller_check(command, state)
 
-    def remember(self, entry: CachedSession, events: tuple[Event, ...], seqs: list[int]) -> None:
-        """Cache the state after the stored events and count them."""
+    def remember(self, entry: CachedSession, decision: Decision, seqs: list[int]) -> None:
+        """Cache the state after the decision's stored events and count them."""
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()
-        state = fold_all(entry.state, list(zip(events, seqs, strict=True)))
+        # The decision folded its events as it made them: no second fold.
+        state = decision.state_after(entry.state, seqs[-1])
         index = None if entry.index is None else entry.index.after(seqs[0], len(seqs))
+        events = decision.events
         self.cache.put(state.session_id, CachedSession(state, seqs[-1], index), len(events))
         if self._metrics is not None:
             for event in events:

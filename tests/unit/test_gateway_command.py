@@ -8,7 +8,7 @@ from typing import Any
 from contracts.commands import Command, parse_command
 from contracts.events import Event
 from contracts.state import SessionState
-from core import CommandContext, CoreConfig, fold_all
+from core import CommandContext, CoreConfig, Decision, fold_all
 from services.adapters.append import SessionAppend
 from services.gateway.command import (
     CachedSession,
@@ -132,9 +132,9 @@ class FakePorts:
         self.checked.append(state)
         return self.refuse
 
-    def remember(self, entry: CachedSession, events: tuple[Event, ...], seqs: list[int]) -> None:
+    def remember(self, entry: CachedSession, decision: Decision, seqs: list[int]) -> None:
         self.cached = CachedSession(
-            fold_all(entry.state, list(zip(events, seqs, strict=True))), seqs[-1]
+            fold_all(entry.state, list(zip(decision.events, seqs, strict=True))), seqs[-1]
         )
 
     def forget_cached(self, session_id: str, conflict: bool) -> None:

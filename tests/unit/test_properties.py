@@ -45,6 +45,7 @@ from core import (
     handle,
     sha256_hex,
 )
+from core.fold import remembered_row
 from tests.support import Driver, context_for
 
 SESSION = "s1"
@@ -357,6 +358,31 @@ def test_folding_the_decided_events_reproduces_the_state(script: Script, split: 
     resumed = fold_all(reload_state(fold_all(SessionState(), reloaded_events[:cut])), [])
     resumed = fold_all(resumed, reloaded_events[cut:])
     assert canonical_state(resumed) == expected
+
+
+@SEQUENCE_SETTINGS
+@given(script=scripts(), first_seq=st.integers(min_value=1, max_value=10**12))
+def test_the_state_a_decision_folded_is_the_fold_of_its_events(
+    script: Script, first_seq: int
+) -> None:
+    """What the gateway caches after a commit (`Decision.state_after`, the batch's own fold)
+    is what folding the stored events gives, stream position and reply index included."""
+    show(script)
+    _, outcomes = run(script)
+    for outcome in outcomes:
+        events = outcome.decision.events
+        seqs = [first_seq + 3 * n for n in range(len(events))]  # other sessions in between
+        last = seqs[-1] if seqs else first_seq
+        folded = outcome.decision.state_after(outcome.before, last)
+        expected = fold_all(outcome.before, list(zip(events, seqs, strict=True)))
+        assert folded == expected
+        assert canonical_state(folded) == canonical_state(expected)
+        if not events:
+            assert folded is outcome.before
+        for row in expected.recent_replies:
+            assert remembered_row(folded, row.request_id) == remembered_row(
+                expected, row.request_id
+            )
 
 
 @SEQUENCE_SETTINGS
