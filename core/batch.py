@@ -24,9 +24,9 @@ from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.
 _CHAIN_BYTES = 76
 #: What the stored state holds beyond the measured scratch: the chain head (64 hex; the
-#: scratch is measured without one, since `finish` links the drafts after the check), the projector's `stream_seq`
-#: (up to 16 digits; the scratch keeps the previous one), and 64 bytes for the KV record's
-#: framing.
+#: scratch is measured without one, since `finish` links the drafts after the check), the
+#: projector's `stream_seq` (up to 16 digits; the scratch keeps the previous one), and 64
+#: bytes for the KV record's framing.
 _STATE_SLACK = 64 + 16 + 64
 
 
@@ -157,7 +157,8 @@ class Batch:
         Raises `too_large` when an event, the reply or the state after the command would
         not fit in `max_payload_bytes` (SPEC §4.1.1): nothing is emitted then."""
         last_seq = self.state.session_seq + len(self.drafts)
-        wire = reply.model_copy(update={"session_seq": last_seq}).to_wire()
+        wire = reply.to_wire()
+        wire["session_seq"] = last_seq  # the reply was built before the events were numbered
         limit = config.max_payload_bytes
         if not replies_always_fit(config):
             fits("reply", json_bytes(wire), limit)
@@ -176,8 +177,8 @@ class Batch:
             fits(f"{draft.kind} event", len(text) + _CHAIN_BYTES, limit)
             encoded.append(data)
             # The draft's parts were validated when built; only reply and chain are new.
-            update = {"chain": previous, "reply": wire if is_last else None}
-            event = draft.model_copy(update=update)
+            values = {**draft.__dict__, "chain": previous, "reply": wire if is_last else None}
+            event = trusted(ev.Event, values)
             apply_link(self.scratch, event)
             final.append(event)
         return tuple(final), wire, tuple(encoded)
