@@ -173,7 +173,7 @@ class Batch:
             if is_last:
                 body["reply"] = wire
             # One canonical form serves the size check, the chain link and the wire bytes.
-            text, previous, data = linked(previous, body)
+            text, previous, data = linked(previous, body, float_free=True)
             fits(f"{draft.kind} event", len(text) + _CHAIN_BYTES, limit)
             encoded.append(data)
             # The draft's parts were validated when built; only reply and chain are new.

@@ -73,9 +73,10 @@ def _orjson_writes_it_as_json_does(value: Any) -> bool:
     return False
 
 
-def _by_orjson(value: Any) -> bytes | None:
-    """`value`'s canonical bytes written by orjson, or None where orjson would differ."""
-    if _orjson_writes_it_as_json_does(value):
+def _by_orjson(value: Any, float_free: bool = False) -> bytes | None:
+    """`value`'s canonical bytes written by orjson, or None where orjson would differ
+    (`float_free`: see `linked`)."""
+    if float_free or _orjson_writes_it_as_json_does(value):
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:  # a lone surrogate: the standard library decides
@@ -90,11 +91,20 @@ def canonical_bytes(value: Any) -> bytes:
     return fast if fast is not None else canonical_json(value).encode("utf-8")
 
 
-def linked(previous_chain: str, envelope_without_chain: dict[str, Any]) -> tuple[bytes, str, bytes]:
+def linked(
+    previous_chain: str, envelope_without_chain: dict[str, Any], *, float_free: bool = False
+) -> tuple[bytes, str, bytes]:
     """An envelope's link after `previous_chain` (SPEC §3.3.1) with the canonical bytes it
     hashed (the envelope without `chain`: what is measured) and those of the envelope with
-    its link (what is sent): `(hashed, link, wire)`."""
-    fast = _by_orjson(envelope_without_chain)
+    its link (what is sent): `(hashed, link, wire)`.
+
+    `float_free`: the envelope is pydantic's JSON-mode output of models with no float
+    anywhere (an event the core decided, with its reply: a unit test holds every event and
+    reply model to that). Such output holds only exact strings, integers, booleans, None,
+    lists and dicts with string keys, where orjson differs from the standard library only
+    on what it refuses (a lone surrogate, an integer beyond 64 bits): so it is written by
+    orjson without walking every value first."""
+    fast = _by_orjson(envelope_without_chain, float_free)
     text = fast if fast is not None else canonical_json(envelope_without_chain).encode("utf-8")
     link = chain_next(previous_chain, text)
     envelope = {**envelope_without_chain, "chain": link}

@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.canonical import canonical_bytes, canonical_json, may_hold_float
+from core.canonical import canonical_bytes, canonical_json, linked, may_hold_float
 
 json_values = st.recursive(
     st.none()
@@ -80,3 +80,65 @@ def test_a_float_between_dots_that_are_not_floats_is_noticed() -> None:
     # A time's milliseconds follow a digit but are no float: the fast path stays open.
     plain = {"a": "x.", "at": "2026-11-29T15:04:05.123Z", "b": 15, "c": "y."}
     assert not may_hold_float(orjson.dumps(plain))
+
+
+def _where_a_float_may_be(schema: Any, path: str = "") -> list[str]:
+    """Where a JSON schema allows a float: a `number` type, or a value of any type."""
+    found: list[str] = []
+    if isinstance(schema, dict):
+        kinds = schema.get("type")
+        if kinds == "number" or (isinstance(kinds, list) and "number" in kinds):
+            found.append(path)
+        if schema.get("additionalProperties") is True:
+            found.append(f"{path}/*")
+        for key, item in schema.items():
+            found += _where_a_float_may_be(item, f"{path}/{key}")
+    elif isinstance(schema, list):
+        for index, item in enumerate(schema):
+            found += _where_a_float_may_be(item, f"{path}/{index}")
+    return found
+
+
+def test_no_event_or_reply_model_holds_a_float() -> None:
+    # `Batch.finish` links the events it decided with `linked(..., float_free=True)`: sound
+    # only while no field of an event, or of the reply its last one carries, can hold a
+    # float. The one open value is the event's `reply`, which is a reply model's wire form.
+    from contracts.events import Event
+    from contracts.replies import Reply
+
+    assert _where_a_float_may_be(Event.model_json_schema()) == ["/properties/reply/anyOf/0/*"]
+    replies, pending = [], [Reply]
+    while pending:
+        model = pending.pop()
+        replies.append(model)
+        pending += model.__subclasses__()
+    assert len(replies) > 10
+    for model in replies:
+        assert _where_a_float_may_be(model.model_json_schema()) == [], model.__name__
+
+
+@settings(max_examples=200)
+@given(json_values)
+def test_linked_float_free_writes_what_the_standard_library_writes_without_floats(
+    value: Any,
+) -> None:
+    # Without floats (what `float_free` promises), orjson's bytes are the standard
+    # library's; what orjson refuses (an integer beyond 64 bits, a lone surrogate) takes the
+    # standard path.
+    def without_floats(item: Any) -> Any:
+        if isinstance(item, float):
+            return int(item)
+        if isinstance(item, list):
+            return [without_floats(element) for element in item]
+        if isinstance(item, dict):
+            return {key: without_floats(element) for key, element in item.items()}
+        return item
+
+    envelope = {"body": without_floats(value), "kind": "injected"}
+    try:
+        expected = standard(envelope)
+    except UnicodeEncodeError:  # a lone surrogate: neither writes it
+        return
+    hashed, link, wire = linked("", envelope, float_free=True)
+    assert hashed == expected
+    assert (hashed, link, wire) == linked("", envelope)
