@@ -116,15 +116,13 @@ class Batch:
         history's directive ids are counted row by row: an id injected again after it
         expired is listed by each envelope that delivered it, yet seen once."""
         scratch = self.scratch
-        history = (scratch.seen_ids, scratch.revoked_ids, scratch.fired_ids)
         bound = state_upper_bound(
             config,
             rows=len(scratch.pending) + len(scratch.queued),
             delivered_rows=len(scratch.delivered),
             delivered_ids=sum(len(row.directive_ids) for row in scratch.delivered),
             replies=len(scratch.recent_replies),
-            history_ids=sum(map(len, history)),
-            history_chars=sum(sum(map(len, ids)) for ids in history),
+            history_bytes=scratch.history_bytes(),
             inherited=len(scratch.inherited_from),
             mutes=len(scratch.mutes),
             acknowledged=len(scratch.acknowledged),

@@ -116,6 +116,10 @@ class Scratch:
     # The request ids of `recent_replies` (`remembered_row`), when the state thawed had them
     # indexed: kept up to date as rows come and go, and handed to the state released.
     _replies: dict[str, RecentReply] | None = field(default=None, repr=False)
+    # The stored bytes of the history ids (`history_bytes`), when the state thawed had them
+    # measured: these lists only grow, so each id added is counted as it comes, and the
+    # count is handed to the state released.
+    _history: int | None = field(default=None, repr=False)
 
     @classmethod
     def thaw(cls, state: SessionState) -> Scratch:
@@ -124,6 +128,8 @@ class Scratch:
         index = _REPLY_INDEX.known(state)
         if index is not None:
             scratch._replies = dict(index)
+        scratch._history = _HISTORY_BYTES.known(state)
+        scratch._seen, scratch._fired = _ID_SETS.take(state) or (None, None)
         return scratch
 
     def freeze(self) -> SessionState:
@@ -137,7 +143,25 @@ class Scratch:
         state = trusted(SessionState, {name: getattr(self, name) for name in STATE_FIELDS})
         if self._replies is not None:
             _REPLY_INDEX.put(state, self._replies)
+        if self._history is not None:
+            _HISTORY_BYTES.put(state, self._history)
+        if self._seen is not None or self._fired is not None:
+            _ID_SETS.put(state, (self._seen, self._fired))
+            # The state's next scratch takes the sets over and adds to them.
+            self._seen = self._fired = None
         return state
+
+    def history_bytes(self) -> int:
+        """Stored bytes of `seen_ids`, `revoked_ids` and `fired_ids` (each id with its quotes
+        and a comma): measured in full once per session, then kept as ids are added."""
+        if self._history is None:
+            self._history = history_bytes(self.seen_ids, self.revoked_ids, self.fired_ids)
+        return self._history
+
+    def _count_history(self, ids: list[str], size_before: int) -> None:
+        """Count the id `ids` may have gained (it had `size_before` items)."""
+        if self._history is not None and len(ids) > size_before:
+            self._history += stored_bytes(ids[-1]) + 3
 
     def remember(self, row: RecentReply) -> None:
         """Remember a command's reply, within the window's count and bytes (§4.1.1)."""
@@ -155,11 +179,22 @@ class Scratch:
 
     def see(self, reminder_id: str) -> None:
         """Remember an id for `revoke`'s unknown/already-delivered distinction."""
+        size = len(self.seen_ids)
         self._seen = _append_once(self.seen_ids, self._seen, reminder_id)
+        self._count_history(self.seen_ids, size)
 
     def fire(self, reminder_id: str) -> None:
         """Remember an id as fired at least once, for `acknowledge`."""
+        size = len(self.fired_ids)
         self._fired = _append_once(self.fired_ids, self._fired, reminder_id)
+        self._count_history(self.fired_ids, size)
+
+    def revoke(self, reminder_id: str) -> None:
+        """Remember an id as revoked, once."""
+        if reminder_id not in self.revoked_ids:
+            size = len(self.revoked_ids)
+            self.revoked_ids.append(reminder_id)
+            self._count_history(self.revoked_ids, size)
 
     def drop_pending(self, ids: Iterable[str]) -> None:
         """Remove live reminders by id."""
@@ -212,8 +247,7 @@ def _deduped(s: Scratch, p: ev.Deduped, _: ev.Event) -> None:
 
 def _revoked(s: Scratch, p: ev.Revoked, _: ev.Event) -> None:
     s.drop_queued([p.reminder_id])
-    if p.reminder_id not in s.revoked_ids:
-        s.revoked_ids.append(p.reminder_id)
+    s.revoke(p.reminder_id)
 
 
 def _fired(s: Scratch, p: ev.Fired, _: ev.Event) -> None:
@@ -456,6 +490,28 @@ def _index_replies(state: SessionState) -> dict[str, RecentReply]:
 #: longest part of deciding a command on a session that has lived) and carried by the fold
 #: to the states that follow it, so a gateway's cached session scans once.
 _REPLY_INDEX: KeptOnce[SessionState, dict[str, RecentReply]] = KeptOnce(_index_replies)
+
+
+def history_bytes(*lists: list[str]) -> int:
+    """Stored bytes of the ids in `lists`, each with its quotes and a comma."""
+    return sum(stored_bytes(item) + 3 for ids in lists for item in ids)
+
+
+#: The sets of each state's `seen_ids` and `fired_ids` (None: not built), by identity, while
+#: the state lives: handed from a state to the scratch thawed from it, which adds to them,
+#: and on to the state it releases, so a session that lived long does not hash its whole
+#: history on every command. Taken, not copied: a state thawed a second time (a command
+#: decided again after a conflict) builds its sets again.
+_ID_SETS: KeptOnce[SessionState, tuple[set[str] | None, set[str] | None]] = KeptOnce(
+    lambda state: (None, None)
+)
+
+#: Each state's `Scratch.history_bytes`, by identity, held while the state lives: carried
+#: by the fold to the states that follow, so a session that lived long is not measured
+#: again on every command (the lists hold thousands of ids).
+_HISTORY_BYTES: KeptOnce[SessionState, int] = KeptOnce(
+    lambda state: history_bytes(state.seen_ids, state.revoked_ids, state.fired_ids)
+)
 
 
 def remembered_row(state: SessionState, request_id: str) -> RecentReply | None:

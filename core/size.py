@@ -109,6 +109,12 @@ class KeptOnce(Generic[Measured, Result]):
         cached = self.table.get(id(item))
         return None if cached is None else cached[1]
 
+    def take(self, item: Measured) -> Result | None:
+        """What `item` gave, if known, no longer kept for it: for a result its taker goes on
+        to change (`item` works it out again if asked)."""
+        cached = self.table.pop(id(item), None)
+        return None if cached is None else cached[1]
+
     def put(self, item: Measured, result: Result) -> None:
         """Remember `result` for `item` (worked out elsewhere) while `item` lives."""
         key = id(item)
@@ -267,8 +273,7 @@ def state_upper_bound(
     delivered_rows: int,
     delivered_ids: int,
     replies: int,
-    history_ids: int,
-    history_chars: int,
+    history_bytes: int,
     inherited: int,
     mutes: int,
     acknowledged: int,
@@ -280,9 +285,10 @@ def state_upper_bound(
     envelopes and digests holding at most `delivered_ids` directive ids (their full texts
     within what the fold keeps); `replies` remembered replies (their bodies within
     `RECENT_REPLIES_BYTES`);
-    `history_ids` seen, revoked and fired reminder ids of `history_chars` characters in all
-    (a session that lived long holds thousands: their length, not the longest an id may be,
-    keeps the bound useful for it); `inherited` applied handoff ids;
+    `history_bytes` the stored bytes of the seen, revoked and fired reminder ids with their
+    quotes and commas (a session that lived long holds thousands: their measured size, not
+    the longest an id may be, keeps the bound useful for it); `inherited` applied handoff
+    ids;
     `mutes` active mutes; `acknowledged` acknowledged reminders; `provider_marks` providers'
     latches (the providers' trail is always counted, present or not). When it is within
     `max_payload_bytes`, `decide` need not serialise the state to know it fits.
@@ -297,8 +303,7 @@ def state_upper_bound(
         + delivered_ids * reminder_id
         + RECENT_REPLIES_BYTES
         + replies * (_IDENT + 32)
-        + history_ids * 3  # the quotes and the comma
-        + history_chars * ID_CHAR_BYTES
+        + history_bytes
         + inherited * (_IDENT + 1)
         + mutes * _MUTE
         + acknowledged * (reminder_id + _ACK)

@@ -129,8 +129,8 @@ def test_the_bound_is_given_the_sessions_latches_and_the_length_of_its_history(
     assert decision.ok
     new_id = decision.reply["reminder_id"]
     assert given[-1]["provider_marks"] == (marks or 0)
-    assert given[-1]["history_ids"] == 5
-    assert given[-1]["history_chars"] == 1 + 2 + 3 + 1 + len(new_id)
+    # Each id's stored bytes with its quotes and comma: seen a, bb, ccc and the new id; fired a.
+    assert given[-1]["history_bytes"] == 4 + 5 + 6 + 4 + len(new_id) + 3
 
 
 @pytest.mark.parametrize("history", ["revoked_ids", "fired_ids"])

@@ -45,7 +45,7 @@ from core import (
     handle,
     sha256_hex,
 )
-from core.fold import remembered_row
+from core.fold import Scratch, history_bytes, remembered_row
 from tests.support import Driver, context_for
 
 SESSION = "s1"
@@ -383,6 +383,39 @@ def test_the_state_a_decision_folded_is_the_fold_of_its_events(
             assert remembered_row(folded, row.request_id) == remembered_row(
                 expected, row.request_id
             )
+        # The history lists only grow, and the measure each state carries is theirs.
+        for name in ("seen_ids", "revoked_ids", "fired_ids"):
+            before_ids = getattr(outcome.before, name)
+            assert getattr(folded, name)[: len(before_ids)] == before_ids
+        for state in (folded, expected):
+            measured = history_bytes(state.seen_ids, state.revoked_ids, state.fired_ids)
+            assert Scratch.thaw(state).history_bytes() == measured
+
+
+@SEQUENCE_SETTINGS
+@given(script=scripts())
+def test_deciding_on_each_state_a_decision_folded_ends_where_the_fold_does(script: Script) -> None:
+    """The gateway's way: every command decided on the state the previous decision folded
+    (each carrying its history measure, counted id by id), never folded again."""
+    show(script)
+    driver, _ = run(script)
+    state, log = SessionState(), []
+    for number, (op, raw) in enumerate(materialize(script.steps), start=1):
+        context = context_for(number, "n0nce")
+        decision = handle(state, op, copy.deepcopy(raw), context, script.config)
+        if number % 3 == 0:  # decided again on the same state, as after a conflict
+            again = handle(state, op, copy.deepcopy(raw), context, script.config)
+            assert again.reply == decision.reply
+            assert wire_log(again.events) == wire_log(decision.events)
+        state = decision.state_after(state, number)
+        log += decision.events
+        measured = history_bytes(state.seen_ids, state.revoked_ids, state.fired_ids)
+        assert Scratch.thaw(state).history_bytes() == measured
+    assert wire_log(log) == wire_log(driver.log)
+    # The fold here was given no stream positions.
+    assert canonical_state(state.model_copy(update={"stream_seq": 0})) == canonical_state(
+        driver.state
+    )
 
 
 @SEQUENCE_SETTINGS
