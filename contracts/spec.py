@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from contracts.errors import ErrorCode, ReminderError, WarningBody
+from contracts.trusted import trusted
 
 Propagate = Literal["all", "session", "none"]
 Authority = Literal["contract", "corrective", "advisory"]
@@ -234,8 +235,7 @@ class ResolvedSpec(ReminderSpec):
         values["fired_at_turn"] = (
             spec.fired_at_turn if spec.fired_at_turn is not None else fired_at_turn
         )
-        fields_set = spec.model_fields_set | {"id", "fired_at_turn"}
-        return cls.model_construct(fields_set, **values)
+        return trusted(cls, values)
 
 
 REMINDER_FIELDS = frozenset(ReminderSpec.model_fields)

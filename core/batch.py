@@ -15,10 +15,11 @@ from contracts import commands as cmd
 from contracts import events as ev
 from contracts.replies import Reply
 from contracts.state import SessionState
+from contracts.trusted import trusted
 from core import rules
 from core.canonical import derived_uuid7, linked
 from core.config import CommandContext, CoreConfig
-from core.fold import Scratch, apply_body, apply_link, trusted
+from core.fold import Scratch, apply_body, apply_link
 from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
 
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.

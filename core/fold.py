@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar, get_origin
-
-from pydantic import BaseModel
+from typing import Any, get_origin
 
 from contracts import events as ev
 from contracts.events import AckOutcome
@@ -30,6 +28,7 @@ from contracts.state import (
     RecentReply,
     SessionState,
 )
+from contracts.trusted import trusted
 from core.canonical import sha256_hex
 from core.rules import remembered_reply, ttl_pass_due
 from core.size import KeptOnce, MeasuredOnce, json_bytes, stored_bytes
@@ -45,22 +44,6 @@ _CONTAINERS: tuple[str, ...] = tuple(
     for name, info in SessionState.model_fields.items()
     if get_origin(info.annotation) in (list, dict)
 )
-
-
-Model = TypeVar("Model", bound=BaseModel)
-
-
-def trusted(model: type[Model], values: dict[str, Any]) -> Model:
-    """An instance of `model` from `values` that are already in its validated form and name
-    every field: what `model_construct` makes (same `__dict__`, every field counted as set),
-    without its per-field alias and default lookups, which cost more than the copy itself
-    on the hot path (a scratch frozen, an event drafted, per command)."""
-    instance = model.__new__(model)
-    object.__setattr__(instance, "__dict__", values)
-    object.__setattr__(instance, "__pydantic_fields_set__", set(values))
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
-    return instance
 
 
 def _copy_containers(values: dict[str, Any]) -> dict[str, Any]:
