@@ -110,7 +110,8 @@ def decide(
     decider = DECIDERS.get(type(command))
     if decider is None:
         return _error(reject(ErrorCode.INVALID_REQUEST, f"{command.op} is not decided by the core"))
-    turn = getattr(command, "turn", None)
+    # A field, if the command has one (a missing attribute takes pydantic's slow path).
+    turn = command.__dict__.get("turn")
     # The propagator decides with the handed_off event's id, which makes inheritance idempotent.
     command_id = (
         command.handoff_event_id if isinstance(command, cmd.Inherit) else context.command_id
