@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from contracts.events import Compacted, Delivered, Expired, Fired, HandedOff, Inherited, Injected
@@ -25,6 +27,7 @@ from core.canonical import (
     links,
     session_subject_filter,
     session_token,
+    uuid7_text,
 )
 from core.render import context_directives_text, inline_placement, speaker_for
 from core.rules import fired_by
@@ -421,6 +424,24 @@ def test_a_derived_event_id_is_a_uuid7_stamped_with_the_decision_time() -> None:
     assert value.bytes[9:] == seed_bits[9:]
     assert value.bytes[6] & 0x0F == seed_bits[6] & 0x0F
     assert value.bytes[8] & 0x3F == seed_bits[8] & 0x3F
+
+
+@settings(max_examples=200)
+@given(
+    millis=st.integers(min_value=0, max_value=253_402_300_799_000),  # up to the year 9999
+    seed=st.lists(
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=12), min_size=1, max_size=4
+    ),
+)
+def test_a_derived_event_id_is_uuid7_text_of_the_digests_bits(millis: int, seed: list[str]) -> None:
+    # `derived_uuid7` sets the version and variant on the digest's bytes in place; the ids
+    # it made before did the same through `uuid7_text` and big integers.
+    occurred_at = datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds")
+    digest = hashlib.sha256("\n".join(seed).encode("utf-8")).digest()
+    rand_a = int.from_bytes(digest[6:8], "big") & 0xFFF
+    rand_b = int.from_bytes(digest[8:16], "big") & 0x3FFF_FFFF_FFFF_FFFF
+    before = uuid7_text(epoch_millis(occurred_at), (rand_a << 68 | rand_b).to_bytes(10, "big"))
+    assert derived_uuid7(occurred_at, *seed) == before
 
 
 def test_links_accepts_the_next_envelope_and_rejects_a_changed_one() -> None:
