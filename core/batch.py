@@ -19,7 +19,7 @@ from contracts.trusted import trusted
 from core import rules
 from core.canonical import derived_uuid7, linked
 from core.config import CommandContext, CoreConfig
-from core.fold import Scratch, apply_body, apply_link
+from core.fold import Scratch, apply_body, apply_link, fold_all
 from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
 
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.
@@ -52,8 +52,11 @@ class Decision:
     def state_after(self, state: SessionState, stream_seq: int) -> SessionState:
         """The state after this decision's events on `state` (the state decided on), the
         last stored at `stream_seq`: what `fold_all` of the events gives."""
-        if self.folded is None:
+        if not self.events:
             return state
+        if self.folded is None:  # a decision made without a batch (a test's): fold it
+            positions: list[int | None] = [None] * (len(self.events) - 1) + [stream_seq]
+            return fold_all(state, list(zip(self.events, positions, strict=True)))
         # The batch is done with its scratch: the state takes over its lists (and the index
         # of its remembered replies) as `fold_all` hands over its own.
         self.folded.stream_seq = stream_seq

@@ -123,6 +123,19 @@ def decide(
         turn=turn if isinstance(turn, int) else state.turn,
         command_id=command_id,
     )
+    decision = _decided(batch, decider, config, warnings)
+    if decision.folded is None:
+        # Nothing to store: the state keeps the id sets its scratch took (`core.fold`).
+        batch.scratch.give_back(state)
+    return decision
+
+
+def _decided(
+    batch: Batch, decider: Decider, config: CoreConfig, warnings: list[WarningBody] | None
+) -> Decision:
+    """The batch's command decided: its events with the scratch they were folded into, or
+    a coded error reply and no events."""
+    command = batch.command
     try:
         # Every command first expires what is past its deadline, in its own batch (§12.4).
         effect.expire_past_deadline(batch)

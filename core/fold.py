@@ -134,6 +134,18 @@ class Scratch:
             self._seen = self._fired = None
         return state
 
+    def give_back(self, state: SessionState) -> None:
+        """Hand the id sets this scratch holds back to `state`, the state it was thawed from,
+        if its id lists are still the state's (a command that decided no events): the
+        state's next scratch then takes them instead of building them again. The lists only
+        grow, so the same lengths are the same lists."""
+        unchanged = len(self.seen_ids) == len(state.seen_ids) and len(self.fired_ids) == len(
+            state.fired_ids
+        )
+        if unchanged and (self._seen is not None or self._fired is not None):
+            _ID_SETS.put(state, (self._seen, self._fired))
+            self._seen = self._fired = None
+
     def history_bytes(self) -> int:
         """Stored bytes of `seen_ids`, `revoked_ids` and `fired_ids` (each id with its quotes
         and a comma): measured in full once per session, then kept as ids are added."""

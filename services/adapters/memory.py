@@ -93,7 +93,8 @@ def collect_less_often(after_allocations: int = COLLECT_AFTER_ALLOCATIONS) -> No
 
     The projector keeps thousands of session states in its cache and builds new ones on every
     event; the providers parse a session view and a runtime event and build a command for
-    every event; the gateway decides, encodes and folds two events or more per command. With the default threshold the collector ran every few hundred allocations,
+    every event; the gateway decides, encodes and folds two events or more per
+    command. With the default threshold the collector ran every few hundred allocations,
     promoted what was then in flight and walked the older generations again and again
     (`bench/fold_profile.py` measures its share in the projector; for the providers, see
     `docs/scaling.md`). Less often, the little cyclic garbage they make (asyncio's) waits a

@@ -1,0 +1,73 @@
+"""The id sets a session's state carries (`core.fold._ID_SETS`) always match its lists: taken
+by the scratch a command thaws, handed back when the command decides no events, kept away
+from the state when the command changed them and was then refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.state import SessionState
+from core import CoreConfig, Decision, fold_all, handle
+from core.fold import _ID_SETS
+from tests.support import context_for
+
+
+def _run(
+    state: SessionState, n: int, op: str, config: CoreConfig | None = None, **fields: Any
+) -> Decision:
+    raw = {"session_id": "s1", **fields}
+    return handle(state, op, raw, context_for(n, "n0nce"), config or CoreConfig())
+
+
+def _lived(commands: int) -> SessionState:
+    """A session of `commands` injects, each decided on the state the last one folded."""
+    state = SessionState()
+    for n in range(1, commands + 1):
+        decision = _run(state, n, "inject", reminder={"body": f"note {n}", "dedupe_key": "k"})
+        state = decision.state_after(state, n)
+    return state
+
+
+def _sets_match(state: SessionState) -> bool:
+    """Whether the sets registered for `state`, if any, are those of its lists."""
+    seen, fired = _ID_SETS.known(state) or (None, None)
+    return (seen is None or seen == set(state.seen_ids)) and (
+        fired is None or fired == set(state.fired_ids)
+    )
+
+
+def test_a_command_that_decides_no_events_hands_the_sets_back() -> None:
+    state = _lived(30)
+    carried = _ID_SETS.known(state)
+    assert carried is not None and carried[0] == set(state.seen_ids)
+    refused = _run(state, 31, "revoke", reminder_id="never-seen")
+    assert refused.events == ()
+    assert _ID_SETS.known(state) == carried  # given back, unchanged
+    assert _sets_match(state)
+    # The next command decides as it would on the same state without any sets.
+    fresh = SessionState.model_validate(state.model_dump(mode="json"))
+    body = {"reminder": {"body": "again", "id": "r-00003"}}  # an id seen long ago
+    assert _run(state, 32, "inject", **body).reply == _run(fresh, 32, "inject", **body).reply
+
+
+def test_a_command_refused_after_its_drafts_leaves_no_changed_set_behind() -> None:
+    state = _lived(30)
+    # Too small to store the state after the inject: refused once its events are drafted,
+    # after the fold added the new id to the scratch's set.
+    limit = len(state.model_dump_json()) + 16 + 64 + 40
+    tight = CoreConfig(max_payload_bytes=limit, max_session_bytes=4096)
+    spec = {"body": "x" * 100, "id": "fresh-id", "dedupe_key": "k"}
+    refused = _run(state, 31, "inject", tight, reminder=spec)
+    assert refused.reply["error"]["code"] == "too_large"
+    assert _sets_match(state)
+    assert "fresh-id" not in (_ID_SETS.known(state) or (set(), None))[0]
+
+
+def test_state_after_folds_a_decision_made_without_a_batch() -> None:
+    state = _lived(3)
+    decided = _run(state, 4, "inject", reminder={"body": "more"})
+    bare = Decision(events=decided.events, reply=decided.reply)
+    *earlier, last = decided.events
+    expected = fold_all(state, [*((event, None) for event in earlier), (last, 99)])
+    assert bare.state_after(state, 99) == expected
+    assert Decision(events=(), reply={"ok": True}).state_after(state, 99) is state
