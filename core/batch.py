@@ -55,8 +55,8 @@ class Decision:
         if not self.events:
             return state
         if self.folded is None:  # a decision made without a batch (a test's): fold it
-            positions: list[int | None] = [None] * (len(self.events) - 1) + [stream_seq]
-            return fold_all(state, list(zip(self.events, positions, strict=True)))
+            *earlier, last = self.events
+            return fold_all(state, [*((event, None) for event in earlier), (last, stream_seq)])
         # The batch is done with its scratch: the state takes over its lists (and the index
         # of its remembered replies) as `fold_all` hands over its own.
         self.folded.stream_seq = stream_seq

@@ -65,7 +65,8 @@ def test_a_command_refused_after_its_drafts_leaves_no_changed_set_behind() -> No
 
 def test_state_after_folds_a_decision_made_without_a_batch() -> None:
     state = _lived(3)
-    decided = _run(state, 4, "inject", reminder={"body": "more"})
+    decided = _run(state, 4, "inject", reminder={"body": "more", "dedupe_key": "k"})
+    assert [event.kind for event in decided.events] == ["deduped", "injected"]
     bare = Decision(events=decided.events, reply=decided.reply)
     *earlier, last = decided.events
     expected = fold_all(state, [*((event, None) for event in earlier), (last, 99)])
