@@ -8,7 +8,7 @@ from typing import Any
 
 from contracts.state import SessionState
 from core import CoreConfig, Decision, fold_all, handle
-from core.fold import _ID_SETS
+from core.fold import _ID_SETS, Scratch
 from tests.support import context_for
 
 
@@ -72,3 +72,28 @@ def test_state_after_folds_a_decision_made_without_a_batch() -> None:
     expected = fold_all(state, [*((event, None) for event in earlier), (last, 99)])
     assert bare.state_after(state, 99) == expected
     assert Decision(events=(), reply={"ok": True}).state_after(state, 99) is state
+
+
+def test_a_scratch_gives_back_a_fired_set_alone_and_never_changes_what_it_gave() -> None:
+    state = _lived(3)
+    scratch = Scratch.thaw(state)
+    fired: set[str] = set(state.fired_ids)
+    scratch._seen, scratch._fired = None, fired
+    scratch.give_back(state)
+    assert _ID_SETS.known(state) == (None, fired)
+    # Given back means given away: what the scratch adds later goes to sets of its own.
+    scratch.see("later")
+    scratch.fire("later")
+    assert "later" not in fired
+    assert scratch.seen_ids[-1] == scratch.fired_ids[-1] == "later"
+
+
+def test_fire_adds_to_the_set_the_scratch_carries() -> None:
+    state = _lived(3)
+    scratch = Scratch.thaw(state)
+    fired: set[str] = set(state.fired_ids)
+    scratch._fired = fired
+    scratch.fire("r-x")
+    scratch.fire("r-x")
+    assert "r-x" in fired  # the carried set itself, not a new one
+    assert scratch.fired_ids.count("r-x") == 1
