@@ -8,7 +8,7 @@ from typing import Any
 
 from contracts.state import SessionState
 from core import CoreConfig, Decision, fold_all, handle
-from core.fold import _ID_SETS, Scratch
+from core.fold import _HISTORY_BYTES, _ID_SETS, Scratch, history_bytes
 from tests.support import context_for
 
 
@@ -97,3 +97,24 @@ def test_fire_adds_to_the_set_the_scratch_carries() -> None:
     scratch.fire("r-x")
     assert "r-x" in fired  # the carried set itself, not a new one
     assert scratch.fired_ids.count("r-x") == 1
+
+
+def test_each_state_a_decision_folded_carries_its_measure_and_its_sets() -> None:
+    state = _lived(12)
+    measured = history_bytes(state.seen_ids, state.revoked_ids, state.fired_ids)
+    assert _HISTORY_BYTES.known(state) == measured  # carried, not measured again on use
+    decision = _run(state, 13, "inject", reminder={"body": "one more", "dedupe_key": "k"})
+    assert decision.folded is not None  # the batch's own fold, not a second one
+    assert decision.folded.session_seq == decision.events[-1].session_seq
+    after = decision.state_after(state, 13)
+    assert _HISTORY_BYTES.known(after) == measured + len("r-00013") + 3  # quotes, comma
+    assert (_ID_SETS.known(after) or (None, None))[0] == set(after.seen_ids)
+
+
+def test_an_accepted_command_with_no_events_hands_the_sets_back_too() -> None:
+    state = _lived(5)
+    carried = _ID_SETS.known(state)
+    assert carried is not None
+    cleared = _run(state, 6, "clear", selector={"tag": "nothing-has-this-tag"})
+    assert cleared.ok and cleared.events == ()
+    assert _ID_SETS.known(state) == carried
