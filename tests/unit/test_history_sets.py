@@ -118,3 +118,18 @@ def test_an_accepted_command_with_no_events_hands_the_sets_back_too() -> None:
     cleared = _run(state, 6, "clear", selector={"tag": "nothing-has-this-tag"})
     assert cleared.ok and cleared.events == ()
     assert _ID_SETS.known(state) == carried
+
+
+def test_a_released_scratch_hands_over_a_fired_set_alone_and_keeps_no_reference() -> None:
+    state = _lived(3)
+    scratch = Scratch.thaw(state)
+    fired: set[str] = set(state.fired_ids)
+    scratch._seen, scratch._fired = None, fired
+    released = scratch.release()
+    assert _ID_SETS.known(released) == (None, fired)
+    # Released twice (state_after asked twice): the second state gets no sets, and both
+    # decide the next command alike.
+    again = scratch.release()
+    assert _ID_SETS.known(again) is None
+    body = {"reminder": {"body": "next"}}
+    assert _run(released, 4, "inject", **body).reply == _run(again, 4, "inject", **body).reply
