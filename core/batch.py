@@ -115,8 +115,9 @@ class Batch:
         apply_body(self.scratch, draft)
 
     def _state_surely_fits(self, config: CoreConfig, remembered_bytes: int) -> bool:
-        """Whether a bound from list lengths alone shows the state after the command fits,
-        so the exact measurement (a full serialisation) can be skipped. The delivered
+        """Whether a bound from list lengths and the history's carried size
+        (`Scratch.history_bytes`) shows the state after the command fits, so the exact
+        measurement (a full serialisation) can be skipped. The delivered
         history's directive ids are counted row by row: an id injected again after it
         expired is listed by each envelope that delivered it, yet seen once."""
         scratch = self.scratch

@@ -128,11 +128,15 @@ class Scratch:
             _REPLY_INDEX.put(state, self._replies)
         if self._history is not None:
             _HISTORY_BYTES.put(state, self._history)
+        self._hand_sets_to(state)
+        return state
+
+    def _hand_sets_to(self, state: SessionState) -> None:
+        """Give the id sets this scratch holds to `state`, whose next scratch takes them
+        over and adds to them: this one keeps no reference to them."""
         if self._seen is not None or self._fired is not None:
             _ID_SETS.put(state, (self._seen, self._fired))
-            # The state's next scratch takes the sets over and adds to them.
             self._seen = self._fired = None
-        return state
 
     def give_back(self, state: SessionState) -> None:
         """Hand the id sets this scratch holds back to `state`, the state it was thawed from,
@@ -142,15 +146,14 @@ class Scratch:
         unchanged = len(self.seen_ids) == len(state.seen_ids) and len(self.fired_ids) == len(
             state.fired_ids
         )
-        if unchanged and (self._seen is not None or self._fired is not None):
-            _ID_SETS.put(state, (self._seen, self._fired))
-            self._seen = self._fired = None
+        if unchanged:
+            self._hand_sets_to(state)
 
     def history_bytes(self) -> int:
         """Stored bytes of `seen_ids`, `revoked_ids` and `fired_ids` (each id with its quotes
         and a comma): measured in full once per session, then kept as ids are added."""
         if self._history is None:
-            self._history = history_bytes(self.seen_ids, self.revoked_ids, self.fired_ids)
+            self._history = _history_of(self)
         return self._history
 
     def _count_history(self, ids: list[str], size_before: int) -> None:
@@ -492,6 +495,11 @@ def history_bytes(*lists: list[str]) -> int:
     return sum(stored_bytes(item) + 3 for ids in lists for item in ids)
 
 
+def _history_of(holder: SessionState | Scratch) -> int:
+    """`history_bytes` of a state's (or a scratch's) seen, revoked and fired ids."""
+    return history_bytes(holder.seen_ids, holder.revoked_ids, holder.fired_ids)
+
+
 #: The sets of each state's `seen_ids` and `fired_ids` (None: not built), by identity, while
 #: the state lives: handed from a state to the scratch thawed from it, which adds to them,
 #: and on to the state it releases, so a session that lived long does not hash its whole
@@ -504,9 +512,7 @@ _ID_SETS: KeptOnce[SessionState, tuple[set[str] | None, set[str] | None]] = Kept
 #: Each state's `Scratch.history_bytes`, by identity, held while the state lives: carried
 #: by the fold to the states that follow, so a session that lived long is not measured
 #: again on every command (the lists hold thousands of ids).
-_HISTORY_BYTES: KeptOnce[SessionState, int] = KeptOnce(
-    lambda state: history_bytes(state.seen_ids, state.revoked_ids, state.fired_ids)
-)
+_HISTORY_BYTES: KeptOnce[SessionState, int] = KeptOnce(_history_of)
 
 
 def remembered_row(state: SessionState, request_id: str) -> RecentReply | None:
