@@ -170,7 +170,11 @@ def uuid7_text(millis: int, random_bits: bytes) -> str:
         | 0x2 << 62
         | rand & 0x3FFF_FFFF_FFFF_FFFF
     )
-    text = f"{value:032x}"
+    return _hyphenated(f"{value:032x}")
+
+
+def _hyphenated(text: str) -> str:
+    """A UUID's 32 hex digits in its canonical 8-4-4-4-12 form."""
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
@@ -194,8 +198,7 @@ def derived_uuid7(occurred_at: str, *seed: str) -> str:
     raw[0:6] = (_occurred_millis(occurred_at) & 0xFFFF_FFFF_FFFF).to_bytes(6, "big")
     raw[6] = 0x70 | raw[6] & 0x0F
     raw[8] = 0x80 | raw[8] & 0x3F
-    text = raw.hex()
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return _hyphenated(raw.hex())
 
 
 def links(previous_chain: str, envelope: dict[str, Any]) -> bool:
