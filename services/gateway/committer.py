@@ -114,21 +114,37 @@ class GroupCommitter:
         `CommitUncertain` (it may land without anyone waiting for it).
         """
         loop = asyncio.get_running_loop()
+        if timeout_s is not None and timeout_s <= 0:
+            raise CommitUnavailable("no time left to queue the command")
         done: asyncio.Future[list[int]] = loop.create_future()
         expires = None if timeout_s is None else loop.time() + timeout_s
         waiting = _Waiting(append, done, expires)
         self._queue.append(waiting)
         self._wake.set()
-        if timeout_s is None:
+        if expires is None:
             return await done
+        # One timer settles the outcome at the deadline (`_expire`): `wait_for` would add a
+        # shield, a future and their callbacks to every command.
+        timer = loop.call_at(expires, self._expire, waiting)
         try:
-            return await asyncio.wait_for(asyncio.shield(done), max(timeout_s, 0.0))
-        except TimeoutError:
-            done.cancel()
-            if waiting in self._queue:
-                self._queue.remove(waiting)
-                raise CommitUnavailable("still queued behind the batch in flight") from None
-            raise CommitUncertain("sent; no answer before the command's deadline") from None
+            return await done
+        finally:
+            timer.cancel()
+
+    def _expire(self, waiting: _Waiting) -> None:
+        """A command's deadline: still queued, it is withdrawn unsent; sent, its outcome is
+        unknown (the batch may land without anyone waiting for it)."""
+        if waiting.done.done():
+            return
+        if waiting in self._queue:
+            self._queue.remove(waiting)
+            waiting.done.set_exception(
+                CommitUnavailable("still queued behind the batch in flight")
+            )
+        else:
+            waiting.done.set_exception(
+                CommitUncertain("sent; no answer before the command's deadline")
+            )
 
     def _take_group(self) -> list[_Waiting]:
         group: list[_Waiting] = []

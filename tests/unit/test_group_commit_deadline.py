@@ -73,3 +73,27 @@ async def test_a_session_lock_is_waited_for_only_until_the_deadline() -> None:
                 raise AssertionError("held twice")
     async with locks.hold("s", 0.05):
         pass  # released, and usable again
+
+
+async def test_a_command_out_of_time_is_refused_unsent(committer_on_hanging: Any) -> None:
+    committer, nc = committer_on_hanging
+    for left in (0.0, -0.2):
+        with pytest.raises(CommitUnavailable):
+            await committer.commit(append("late"), left)
+    await asyncio.sleep(0.05)
+    assert nc.requests == [], "a command with no time left was sent"
+
+
+async def test_a_caller_that_stops_waiting_is_never_sent(committer_on_hanging: Any) -> None:
+    committer, nc = committer_on_hanging
+    first = asyncio.create_task(committer.commit(append("a"), 0.3))
+    await asyncio.sleep(0.05)  # the first batch is in flight now
+    queued = asyncio.create_task(committer.commit(append("b"), 5.0))
+    await asyncio.sleep(0.01)
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    with pytest.raises(CommitUncertain):
+        await first
+    await asyncio.sleep(0.1)
+    assert len(nc.requests) == 1, "the command whose caller left was sent after all"
