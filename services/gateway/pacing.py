@@ -50,10 +50,7 @@ class SessionLocks:
         lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
         self._locks[session_id] = (lock, users + 1)
         try:
-            # A deadline on the acquire itself: `wait_for` would wrap it in a task of its own
-            # for every command, though the lock is almost always free.
-            async with asyncio.timeout(timeout_s):
-                await lock.acquire()
+            await asyncio.wait_for(lock.acquire(), timeout_s)
             try:
                 yield
             finally:
