@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core import canonical
 from core.canonical import canonical_bytes, canonical_json, linked, may_hold_float
 
 json_values = st.recursive(
@@ -142,3 +144,17 @@ def test_linked_float_free_writes_what_the_standard_library_writes_without_float
     hashed, link, wire = linked("", envelope, float_free=True)
     assert hashed == expected
     assert (hashed, link, wire) == linked("", envelope)
+
+
+def test_linked_float_free_writes_with_orjson_without_walking_or_the_standard_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    envelope = {"kind": "injected", "payload": {"ids": ["a", "b"], "n": 3, "ok": True}}
+    expected = linked("prev", envelope)
+
+    def refuse(*_: Any) -> Any:
+        raise AssertionError("float_free took the checked path")
+
+    monkeypatch.setattr(canonical, "_orjson_writes_it_as_json_does", refuse)
+    monkeypatch.setattr(canonical, "canonical_json", refuse)
+    assert linked("prev", envelope, float_free=True) == expected

@@ -133,3 +133,27 @@ def test_a_released_scratch_hands_over_a_fired_set_alone_and_keeps_no_reference(
     assert _ID_SETS.known(again) is None
     body = {"reminder": {"body": "next"}}
     assert _run(released, 4, "inject", **body).reply == _run(again, 4, "inject", **body).reply
+
+
+def test_thaw_takes_the_sets_and_the_measure_the_state_carries_without_working_them_out() -> None:
+    state = _lived(4)
+    seen: set[str] = set(state.seen_ids)
+    fired: set[str] = set(state.fired_ids)
+    _ID_SETS.put(state, (seen, fired))
+    # A measure no full count would give: only the carried one can come out of the scratch.
+    _HISTORY_BYTES.put(state, 123_456)
+    scratch = Scratch.thaw(state)
+    assert scratch._seen is seen and scratch._fired is fired  # taken, not built again
+    assert _ID_SETS.known(state) is None  # taken away: the scratch goes on to change them
+    assert scratch.history_bytes() == 123_456
+
+
+def test_see_adds_to_the_set_the_scratch_carries() -> None:
+    state = _lived(3)
+    scratch = Scratch.thaw(state)
+    seen: set[str] = set(state.seen_ids)
+    scratch._seen = seen
+    scratch.see("r-y")
+    scratch.see("r-y")
+    assert scratch._seen is seen and "r-y" in seen  # the carried set itself
+    assert scratch.seen_ids.count("r-y") == 1

@@ -253,6 +253,16 @@ def test_many_gives_what_each_object_gives_in_order_working_out_only_the_new_one
     assert memo.table == {}
 
 
+def test_take_gives_what_was_kept_for_the_object_and_keeps_it_no_longer() -> None:
+    memo: MeasuredOnce[RecentReply] = MeasuredOnce(lambda row: len(row.request_id))
+    first, second = _rows(2, "abc")
+    memo.put(first, 99)  # worked out elsewhere: not what the memo's own work-out gives
+    assert memo.take(second) is None  # nothing kept for it: nothing worked out either
+    assert memo.known(second) is None
+    assert memo.take(first) == 99
+    assert memo.known(first) is None and memo.take(first) is None
+
+
 def test_the_rate_limiter_holds_only_sessions_with_a_command_in_the_last_second() -> None:
     limiter = RateLimiter(limit=2, max_sessions=1000)
     for n in range(500):
