@@ -110,8 +110,10 @@ class GroupCommitter:
         """Store one command's events; returns their stream sequences.
 
         With `timeout_s`, wait no longer than that: a command still queued behind the batch
-        in flight is withdrawn (`CommitUnavailable`, nothing was sent); one already sent is
-        `CommitUncertain` (it may land without anyone waiting for it).
+        in flight is withdrawn (`CommitUnavailable`, nothing was sent), as is one given no
+        time at all; one already sent is `CommitUncertain` (it may land without anyone
+        waiting for it). A caller cancelled while it waits withdraws its command unless it
+        was sent.
         """
         loop = asyncio.get_running_loop()
         if timeout_s is not None and timeout_s <= 0:
