@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from contracts.state import SessionState
 from core import CoreConfig, Decision, fold_all, handle
 from core.fold import _HISTORY_BYTES, _ID_SETS, Scratch, history_bytes
@@ -88,15 +90,18 @@ def test_a_scratch_gives_back_a_fired_set_alone_and_never_changes_what_it_gave()
     assert scratch.seen_ids[-1] == scratch.fired_ids[-1] == "later"
 
 
-def test_fire_adds_to_the_set_the_scratch_carries() -> None:
+@pytest.mark.parametrize(
+    ("add", "carried", "ids"), [("fire", "_fired", "fired_ids"), ("see", "_seen", "seen_ids")]
+)
+def test_fire_and_see_add_to_the_set_the_scratch_carries(add: str, carried: str, ids: str) -> None:
     state = _lived(3)
     scratch = Scratch.thaw(state)
-    fired: set[str] = set(state.fired_ids)
-    scratch._fired = fired
-    scratch.fire("r-x")
-    scratch.fire("r-x")
-    assert "r-x" in fired  # the carried set itself, not a new one
-    assert scratch.fired_ids.count("r-x") == 1
+    kept: set[str] = set(getattr(state, ids))
+    setattr(scratch, carried, kept)
+    getattr(scratch, add)("r-x")
+    getattr(scratch, add)("r-x")
+    assert getattr(scratch, carried) is kept and "r-x" in kept  # the carried set itself
+    assert getattr(scratch, ids).count("r-x") == 1
 
 
 def test_each_state_a_decision_folded_carries_its_measure_and_its_sets() -> None:
@@ -146,14 +151,3 @@ def test_thaw_takes_the_sets_and_the_measure_the_state_carries_without_working_t
     assert scratch._seen is seen and scratch._fired is fired  # taken, not built again
     assert _ID_SETS.known(state) is None  # taken away: the scratch goes on to change them
     assert scratch.history_bytes() == 123_456
-
-
-def test_see_adds_to_the_set_the_scratch_carries() -> None:
-    state = _lived(3)
-    scratch = Scratch.thaw(state)
-    seen: set[str] = set(state.seen_ids)
-    scratch._seen = seen
-    scratch.see("r-y")
-    scratch.see("r-y")
-    assert scratch._seen is seen and "r-y" in seen  # the carried set itself
-    assert scratch.seen_ids.count("r-y") == 1
