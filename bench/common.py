@@ -102,12 +102,22 @@ class CpuMeter:
 
 def peak_rss_mib(pid: int) -> float:
     """Peak resident memory (VmHWM) of a live process in MiB; 0 when it cannot be read."""
+    return _status_mib(pid, "VmHWM")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory now (VmRSS) of a live process in MiB; 0 when it cannot be read."""
+    return _status_mib(pid, "VmRSS")
+
+
+def _status_mib(pid: int, field: str) -> float:
+    """A memory field of `/proc/PID/status` (given in KiB) in MiB; 0 when it cannot be read."""
     try:
         status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
     except OSError:
         return 0.0
     for line in status.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return round(int(line.split()[1]) / 1024, 1)
     return 0.0
 

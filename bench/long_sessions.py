@@ -22,7 +22,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import UNLIMITED_ENV, embedded_server, emit, provision_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.common import (
+    UNLIMITED_ENV,
+    embedded_server,
+    emit,
+    peak_rss_mib,
+    provision_server,
+    rss_mib,
+)
 from bench.write_path import drive_injects, warm_up
 from cli.supervisor import ServiceProcess, spawn_service, stop_all, wait_ready
 from services.adapters.settings import Settings
@@ -33,21 +42,15 @@ CACHE_BYTES_METRIC = "reminders_session_cache_bytes"
 
 def memory_mib(pid: int) -> dict[str, float]:
     """A live process's resident memory now (`rss_mib`) and at its peak (`peak_rss_mib`)."""
-    names = {"VmRSS": "rss_mib", "VmHWM": "peak_rss_mib"}
-    found: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
-        name, _, value = line.partition(":")
-        if name in names:
-            found[names[name]] = round(int(value.split()[0]) / 1024, 1)
-    return found
+    return {"rss_mib": rss_mib(pid), "peak_rss_mib": peak_rss_mib(pid)}
 
 
 def cache_bytes(exposition: str) -> float | None:
     """The session cache's bytes from a Prometheus text exposition; None when absent."""
-    for line in exposition.splitlines():
-        series, _, value = line.rpartition(" ")
-        if series.split("{")[0] == CACHE_BYTES_METRIC:
-            return float(value)
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == CACHE_BYTES_METRIC:
+                return float(sample.value)
     return None
 
 
