@@ -163,18 +163,21 @@ def uuid7_text(millis: int, random_bits: bytes) -> str:
     """The canonical text of the UUIDv7 (RFC 9562) with 48-bit time `millis` and the first
     ten bytes of `random_bits` as its random part (version and variant bits set here)."""
     rand = int.from_bytes(random_bits[:10], "big")
-    value = (
-        (millis & 0xFFFF_FFFF_FFFF) << 80
-        | 0x7 << 76
-        | (rand >> 68 & 0xFFF) << 64
-        | 0x2 << 62
-        | rand & 0x3FFF_FFFF_FFFF_FFFF
-    )
-    return _hyphenated(f"{value:032x}")
+    # Its top 12 bits are `rand_a`, its low 62 `rand_b`: each where `_uuid7` leaves them.
+    raw = bytearray(6)
+    raw += (rand >> 68 & 0xFFF).to_bytes(2, "big")
+    raw += (rand & 0x3FFF_FFFF_FFFF_FFFF).to_bytes(8, "big")
+    return _uuid7(millis, raw)
 
 
-def _hyphenated(text: str) -> str:
-    """A UUID's 32 hex digits in its canonical 8-4-4-4-12 form."""
+def _uuid7(millis: int, raw: bytearray) -> str:
+    """The UUIDv7 text of 16 bytes whose random fields are in place (`rand_a`: the low 12
+    bits of bytes 6-7; `rand_b`: the low 62 bits of bytes 8-15): the 48-bit time `millis`
+    written over bytes 0-5, version and variant over the high bits of bytes 6 and 8."""
+    raw[0:6] = (millis & 0xFFFF_FFFF_FFFF).to_bytes(6, "big")
+    raw[6] = 0x70 | raw[6] & 0x0F
+    raw[8] = 0x80 | raw[8] & 0x3F
+    text = raw.hex()
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
@@ -192,13 +195,8 @@ def derived_uuid7(occurred_at: str, *seed: str) -> str:
     """
     digest = hashlib.sha256("\n".join(seed).encode("utf-8")).digest()
     # The random bits are those the digest's first 16 bytes leave once the time, version
-    # and variant are set: bytes 6-7 (low 12 bits) and 8-15 (low 62 bits). Set in place on
-    # the bytes: the same UUID as `uuid7_text` of those bits, without the big integers.
-    raw = bytearray(digest[:16])
-    raw[0:6] = (_occurred_millis(occurred_at) & 0xFFFF_FFFF_FFFF).to_bytes(6, "big")
-    raw[6] = 0x70 | raw[6] & 0x0F
-    raw[8] = 0x80 | raw[8] & 0x3F
-    return _hyphenated(raw.hex())
+    # and variant are set: bytes 6-7 (low 12 bits) and 8-15 (low 62 bits).
+    return _uuid7(_occurred_millis(occurred_at), bytearray(digest[:16]))
 
 
 def links(previous_chain: str, envelope: dict[str, Any]) -> bool:
