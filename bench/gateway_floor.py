@@ -9,6 +9,8 @@ why the stage that holds it cannot go lower. This runs, on one server with the l
 rounds:
 
 - `null`: the null gateway;
+- `null_lean`: the same process making each command's events as the core would, byte for
+  byte, with nothing but the work they need (`null_gateway --lean`: `bench.lean_inject`);
 - `null_core`: the same process doing the core's part of each command as well
   (`null_gateway --core`: the request validated, decided by the core against the session's
   state in memory, the events folded) and nothing else a gateway does;
@@ -16,7 +18,9 @@ rounds:
 
 Each with its commands/s and its process's CPU per command (from `/proc`, in the kernel's
 10 ms ticks). `null_core` against `null` is what the core alone costs a process that does
-the messages no gateway can avoid. Results go to bench/results/gateway_floor.json.
+the messages no gateway can avoid; `null_lean` against `null` is what the same output costs
+made without the core's models and rules, the best a rewrite of the core could keep. Results
+go to bench/results/gateway_floor.json.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from typing import Any
 from bench.common import CpuMeter, embedded_server, emit, provision_server, running_services
 from bench.write_path import drive_injects, null_gateway, warm_up
 
-MODES = ("null", "null_core", "gateway")
+MODES = ("null", "null_lean", "null_core", "gateway")
+#: The null gateway's flags of each mode that runs it.
+_NULL_FLAGS = {"null": [], "null_lean": ["--lean"], "null_core": ["--core"]}
 
 
 def _measure(
@@ -51,7 +57,7 @@ def one_pass(url: str, mode: str, tag: str, sessions: int, per_session: int) -> 
         with running_services(url, ["gateway"]) as services:
             pid = services["gateway"].process.pid
             return _measure(url, mode, pid, tag, sessions, per_session)
-    with null_gateway(url, *(["--core"] if mode == "null_core" else [])) as process:
+    with null_gateway(url, *_NULL_FLAGS[mode]) as process:
         return _measure(url, mode, process.pid, tag, sessions, per_session)
 
 

@@ -21,6 +21,11 @@ message published is the decision's last event, with the same expectation. No ca
 bounds, limits, metrics, group commit or session reads: `bench.gateway_floor` sets it beside
 the null gateway to show what the core alone leaves of the null gateway's rate. (Its figures
 in `bench/results/gateway_floor.json` were measured when it folded the events again.)
+
+`python -m bench.null_gateway URL --lean` does what `--core` does with the core's part made
+by `bench.lean_inject` instead: the same request validation and the same event bytes, built
+without the core's models or any rule the output does not need. It publishes the last event,
+as `--core` does.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import nats
 import orjson
 from nats.aio.msg import Msg
 
+from bench.lean_inject import LeanSessions
 from bench.traffic import decide_session
 from contracts import commands as cmd
 from contracts.state import SessionState
@@ -61,15 +67,16 @@ def decided_by_core(op: str, body: object, states: dict[str, SessionState]) -> t
     return decision.events[-1].kind, decision.encoded[-1]
 
 
-async def serve(url: str, echo: bool = False, core: bool = False) -> None:
+async def serve(url: str, echo: bool = False, core: bool = False, lean: bool = False) -> None:
     """Answer commands until SIGTERM (with `echo`, at once and without a publish; with
-    `core`, each decided by the core first)."""
+    `core`, each decided by the core first; with `lean`, by `bench.lean_inject`)."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     data = encode_event(decide_session("null-template", [0])[0][0])
     last: dict[str, int] = {}
     locks: dict[str, asyncio.Lock] = {}
     states: dict[str, SessionState] = {}
+    leans = LeanSessions()
     tasks: set[asyncio.Task[None]] = set()
 
     async def handle(message: Msg) -> None:
@@ -80,6 +87,9 @@ async def serve(url: str, echo: bool = False, core: bool = False) -> None:
             kind, event = "injected", data
             if core:
                 kind, event = decided_by_core(last_token(message.subject), body, states)
+            elif lean:
+                kind, events = leans.decide(last_token(message.subject), body, fresh_context())
+                event = events[-1]
             headers = {
                 H_EXPECTED_SUBJECT: session_subject_filter(session_id),
                 H_EXPECTED_SEQ: str(last.get(session_id, 0)),
@@ -107,4 +117,7 @@ async def serve(url: str, echo: bool = False, core: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1], echo="--echo" in sys.argv[2:], core="--core" in sys.argv[2:]))
+    flags = sys.argv[2:]
+    asyncio.run(
+        serve(sys.argv[1], echo="--echo" in flags, core="--core" in flags, lean="--lean" in flags)
+    )
