@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import nats
+from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from bench.common import (
@@ -51,16 +53,29 @@ SUBJECTS = "transcript.reminder.>"
 PHASE_TIMEOUT_S = 1800.0
 
 
+#: Work on a whole fetched batch before its messages are acked (`bench.projector_floor`'s
+#: bucket layers), made once per read with the read's connection.
+BatchWork = Callable[[list[Msg]], Awaitable[None]]
+
+
 async def fetch_and_ack(
     url: str,
     total: int,
     work: Callable[[Msg], None] | None = None,
     durable: str = "bench-fetch",
+    batch_work: Callable[[Client], Awaitable[BatchWork]] | None = None,
 ) -> float:
     """Baseline: messages/s of fetch(1000) + ack of every message on a fresh durable (with
-    `work` done on each message before its ack: `bench.projector_floor`'s layers)."""
+    `work` done on each message before its ack, and `batch_work` on each fetched batch
+    before any of its acks: `bench.projector_floor`'s layers)."""
     nc = await nats.connect(url)
     js = nc.jetstream()
+    if batch_work is not None:
+        settle = await batch_work(nc)
+        try:
+            return await _fetch_settle_ack(js, total, work, durable, settle)
+        finally:
+            await nc.close()
     subscription = await js.pull_subscribe(
         SUBJECTS,
         durable=durable,
@@ -80,6 +95,39 @@ async def fetch_and_ack(
     await subscription.unsubscribe()
     await js.delete_consumer(STREAM, durable)
     await nc.close()
+    return rate(read, seconds)
+
+
+async def _fetch_settle_ack(
+    js: JetStreamContext,
+    total: int,
+    work: Callable[[Msg], None] | None,
+    durable: str,
+    settle: BatchWork,
+) -> float:
+    """`fetch_and_ack`'s loop with `settle` awaited on each batch between its messages'
+    work and their acks, as a projector writes a batch's sessions before it acks them."""
+    subscription = await js.pull_subscribe(
+        SUBJECTS,
+        durable=durable,
+        stream=STREAM,
+        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=-1),
+    )
+    read = 0
+    started = time.perf_counter()
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while read < total and time.monotonic() < deadline:
+        messages = await subscription.fetch(1000, timeout=10)
+        if work is not None:
+            for message in messages:
+                work(message)
+        await settle(messages)
+        for message in messages:
+            await message.ack()
+        read += len(messages)
+    seconds = time.perf_counter() - started
+    await subscription.unsubscribe()
+    await js.delete_consumer(STREAM, durable)
     return rate(read, seconds)
 
 

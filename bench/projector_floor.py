@@ -17,7 +17,12 @@ all of it several times through the baseline's own loop (stock nats-py, a fresh 
   a lower bound), with nothing kept per session but the chain head;
 - `core_in_memory`: the project's own per-event rules, `read_stored` and `project` (pydantic
   validation, the chain check, the fold), every record held in a dict: no bucket read or
-  write, no encode. The garbage collector is tuned as in the projector's process.
+  write, no encode. The garbage collector is tuned as in the projector's process;
+- `validate_msgspec_chain_write`: `validate_msgspec_chain`, and each fetched batch's sessions
+  written to the bucket before its acks, one compare-and-set write per touched session
+  through the projector's own atomic batches (`bucket_layer`), revisions kept in memory;
+- `validate_msgspec_chain_read_write`: that, with each session read first (one multi-key
+  direct get per round), as a projector reads every session its cache does not hold.
 
 Each layer's messages/s sit beside the baseline passes of the same run (the first and every
 `--passes`-th read is the baseline again, so a drift of the host shows). The first two layers
@@ -32,14 +37,15 @@ import argparse
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bench import msgspec_mirror
-from bench.catch_up import fetch_and_ack
+from bench.catch_up import BatchWork, fetch_and_ack
 from bench.common import embedded_server, emit, provision_server
 from bench.traffic import Plan, append_all, generate
 from contracts.state import SessionState
@@ -47,6 +53,8 @@ from contracts.stored import read_stored
 from contracts.subjects import last_token
 from core.projection import Record, Verdict, project
 from services.adapters.memory import PROJECTOR_COLLECT_AFTER_ALLOCATIONS, collect_less_often
+from services.adapters.records import KvSessionStore
+from services.adapters.settings import Settings
 
 #: One message's work on top of the fetch and the ack: (body, subject, stream seq).
 Work = Callable[[bytes, str, int], None]
@@ -113,17 +121,76 @@ LAYERS: dict[str, Callable[[], Work]] = {
     "core_in_memory": core_in_memory,
 }
 
+#: The layers that also write to the bucket, and whether each reads before it writes.
+BUCKET_LAYERS: dict[str, bool] = {
+    "validate_msgspec_chain_write": False,
+    "validate_msgspec_chain_read_write": True,
+}
 
-def read_all(url: str, total: int, work: Work, durable: str) -> tuple[float, float]:
+#: Sessions per read and write, as the projector takes a batch's touched sessions.
+ROUND_SESSIONS = 256
+
+
+def bucket_layer(bucket: str, read: bool) -> tuple[Work, Callable[[Client], Awaitable[BatchWork]]]:
+    """`validate_msgspec_chain`, and for each fetched batch, before its acks, one
+    compare-and-set write of every session it touched (the session's last event of the batch
+    as its value: smaller than any state a projector stores), in rounds of
+    `ROUND_SESSIONS` through the projector's own `KvSessionStore.write_many` (one atomic
+    batch a round). With `read`, each round first reads its sessions' values and revisions
+    with `read_many` (one multi-key direct get), as a projector must for a session it does
+    not hold; without, the revisions are kept in memory and nothing is read. The bucket is
+    purged first, so every read starts from nothing, as a projector's catch-up from zero."""
+    validated = validate_msgspec_chain()
+    touched: dict[str, bytes] = {}
+    revisions: dict[str, int] = {}
+
+    def work(data: bytes, subject: str, seq: int) -> None:
+        validated(data, subject, seq)
+        touched[last_token(subject)] = data
+
+    async def open_store(nc: Client) -> BatchWork:
+        js = nc.jetstream()
+        await js.purge_stream(f"KV_{bucket}")
+        store = KvSessionStore(await js.key_value(bucket), nc, bucket)
+
+        async def settle(messages: list[Msg]) -> None:
+            tokens = list(touched)
+            for start in range(0, len(tokens), ROUND_SESSIONS):
+                chunk = tokens[start : start + ROUND_SESSIONS]
+                if read:
+                    found = await store.read_many(chunk)
+                    expected = {token: found[token][1] for token in chunk}
+                else:
+                    expected = {token: revisions.get(token) for token in chunk}
+                written = await store.write_many(
+                    [(token, touched[token], expected[token]) for token in chunk]
+                )
+                if written is None:
+                    raise RuntimeError("a stale revision in a bucket layer's own writes")
+                revisions.update(zip(chunk, written, strict=True))
+            touched.clear()
+
+        return settle
+
+    return work, open_store
+
+
+def read_all(
+    url: str,
+    total: int,
+    work: Work,
+    durable: str,
+    batch_work: Callable[[Client], Awaitable[BatchWork]] | None = None,
+) -> tuple[float, float]:
     """Messages/s of the baseline's own loop (`bench.catch_up.fetch_and_ack`) over the whole
-    stream on a fresh durable with `work` done on each message before its ack, and µs of
-    this process's CPU per message."""
+    stream on a fresh durable with `work` done on each message before its ack (and
+    `batch_work` on each batch), and µs of this process's CPU per message."""
 
     def on_message(message: Msg) -> None:
         work(message.data, message.subject, message.metadata.sequence.stream)
 
     cpu = time.process_time()
-    msgs_per_s = asyncio.run(fetch_and_ack(url, total, on_message, durable))
+    msgs_per_s = asyncio.run(fetch_and_ack(url, total, on_message, durable, batch_work))
     cpu = time.process_time() - cpu
     return msgs_per_s, round(cpu / max(1, total) * 1e6, 1)
 
@@ -133,8 +200,9 @@ def run(sessions: int, commands: float, passes: int) -> dict[str, Any]:
     plan = Plan(sessions=sessions, commands_per_session=commands)
     traffic = generate(plan)
     order = ["fetch_ack"]
-    for layer in [name for name in LAYERS if name != "fetch_ack"]:
+    for layer in [name for name in [*LAYERS, *BUCKET_LAYERS] if name != "fetch_ack"]:
         order += [layer] * passes + ["fetch_ack"]
+    bucket = Settings(nats_url="nats://unused").kv_bucket
     reads: list[dict[str, Any]] = []
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
@@ -144,13 +212,18 @@ def run(sessions: int, commands: float, passes: int) -> dict[str, Any]:
         del traffic
         collect_less_often(PROJECTOR_COLLECT_AFTER_ALLOCATIONS)
         for index, layer in enumerate(order):
-            msgs_per_s, cpu_us = read_all(server.url, total, LAYERS[layer](), f"floor-{index}")
+            durable = f"floor-{index}"
+            if layer in BUCKET_LAYERS:
+                work, batch_work = bucket_layer(bucket, BUCKET_LAYERS[layer])
+                msgs_per_s, cpu_us = read_all(server.url, total, work, durable, batch_work)
+            else:
+                msgs_per_s, cpu_us = read_all(server.url, total, LAYERS[layer](), durable)
             reads.append({"layer": layer, "msgs_per_s": msgs_per_s, "cpu_us_per_msg": cpu_us})
             print(f"{layer}: {msgs_per_s:,.0f} msgs/s, {cpu_us} µs CPU per message", flush=True)
     baseline = [each["msgs_per_s"] for each in reads if each["layer"] == "fetch_ack"]
     best = {
         layer: max(each["msgs_per_s"] for each in reads if each["layer"] == layer)
-        for layer in LAYERS
+        for layer in [*LAYERS, *BUCKET_LAYERS]
     }
     return {
         "sessions": sessions,
