@@ -19,8 +19,10 @@ rounds:
 Each with its commands/s and its process's CPU per command (from `/proc`, in the kernel's
 10 ms ticks). `null_core` against `null` is what the core alone costs a process that does
 the messages no gateway can avoid; `null_lean` against `null` is what the same output costs
-made without the core's models and rules, the best a rewrite of the core could keep. Results
-go to bench/results/gateway_floor.json.
+made without the core's models and rules, the best a rewrite of the core could keep. With
+`--gateway-runtime`, `null_lean` and `null_core` run on the gateway's event loop and collector
+threshold, so the gateway less `null_core` is what the gateway's own parts cost. Results go
+to bench/results/gateway_floor.json.
 """
 
 from __future__ import annotations
@@ -51,24 +53,33 @@ def _measure(
     return {"mode": mode, "commands_per_s": per_s, "cpu_us_per_command": round(cpu_ms * 1000, 1)}
 
 
-def one_pass(url: str, mode: str, tag: str, sessions: int, per_session: int) -> dict[str, Any]:
-    """One mode under the load, on sessions of its own (`tag`)."""
+def one_pass(
+    url: str, mode: str, tag: str, sessions: int, per_session: int, gateway_runtime: bool = False
+) -> dict[str, Any]:
+    """One mode under the load, on sessions of its own (`tag`); with `gateway_runtime`, the
+    `null_lean` and `null_core` processes run as the gateway's does (`--gateway-runtime`)."""
     if mode == "gateway":
         with running_services(url, ["gateway"]) as services:
             pid = services["gateway"].process.pid
             return _measure(url, mode, pid, tag, sessions, per_session)
-    with null_gateway(url, *_NULL_FLAGS[mode]) as process:
+    flags = _NULL_FLAGS[mode] + (
+        ["--gateway-runtime"] if gateway_runtime and mode != "null" else []
+    )
+    with null_gateway(url, *flags) as process:
         return _measure(url, mode, process.pid, tag, sessions, per_session)
 
 
-def run(sessions: int, per_session: int, rounds: int) -> dict[str, Any]:
+def run(
+    sessions: int, per_session: int, rounds: int, gateway_runtime: bool = False
+) -> dict[str, Any]:
     """`rounds` rounds of every mode on one fresh server, then each mode's best rate."""
     passes: list[dict[str, Any]] = []
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
         for number in range(rounds):
             for mode in MODES:
-                result = one_pass(server.url, mode, f"{mode}-{number}", sessions, per_session)
+                tag = f"{mode}-{number}"
+                result = one_pass(server.url, mode, tag, sessions, per_session, gateway_runtime)
                 passes.append(result)
                 print(
                     f"{mode}: {result['commands_per_s']:,.0f} commands/s, "
@@ -79,6 +90,7 @@ def run(sessions: int, per_session: int, rounds: int) -> dict[str, Any]:
     return {
         "sessions": sessions,
         "commands": sessions * per_session,
+        "gateway_runtime": gateway_runtime,
         "passes": passes,
         "best_commands_per_s": best,
         "ratio_of_best_null": {
@@ -93,9 +105,15 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--per-session", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--gateway-runtime",
+        action="store_true",
+        help="run null_lean and null_core on the gateway's event loop and collector threshold",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
-    emit("gateway_floor", run(args.sessions, args.per_session, args.rounds), args.output)
+    result = run(args.sessions, args.per_session, args.rounds, args.gateway_runtime)
+    emit("gateway_floor", result, args.output)
 
 
 if __name__ == "__main__":

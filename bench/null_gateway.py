@@ -26,6 +26,11 @@ in `bench/results/gateway_floor.json` were measured when it folded the events ag
 by `bench.lean_inject` instead: the same request validation and the same event bytes, built
 without the core's models or any rule the output does not need. It publishes the last event,
 as `--core` does.
+
+`--gateway-runtime` runs any of these on the gateway's event loop (uvloop where installed)
+with the gateway's collector threshold, so that `--core` and `--lean` differ from the
+gateway only in what they do per command. Without it, the process is stock asyncio with
+Python's default collector, as the null gateway baseline is.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ from core import decide
 from services.adapters.append import encode_event
 from services.adapters.ids import fresh_context
 from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT
+from services.adapters.memory import collect_less_often
 from services.gateway.listener import QUEUE_GROUP
+from services.runtime import event_loop_factory
 
 COMMANDS = "reminders.v1.*"
 
@@ -116,8 +123,19 @@ async def serve(url: str, echo: bool = False, core: bool = False, lean: bool = F
     await nc.drain()
 
 
+def main(argv: list[str]) -> None:
+    """Serve with the flags of the module's docstring; with `--gateway-runtime`, on the
+    gateway's event loop and with its collector threshold (`services.runtime`)."""
+    flags = argv[2:]
+    loop_factory = None
+    if "--gateway-runtime" in flags:
+        collect_less_often()
+        loop_factory = event_loop_factory("auto")
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(
+            serve(argv[1], echo="--echo" in flags, core="--core" in flags, lean="--lean" in flags)
+        )
+
+
 if __name__ == "__main__":
-    flags = sys.argv[2:]
-    asyncio.run(
-        serve(sys.argv[1], echo="--echo" in flags, core="--core" in flags, lean="--lean" in flags)
-    )
+    main(sys.argv)
