@@ -69,44 +69,23 @@ async def fetch_and_ack(
     `work` done on each message before its ack, and `batch_work` on each fetched batch
     before any of its acks: `bench.projector_floor`'s layers)."""
     nc = await nats.connect(url)
-    js = nc.jetstream()
-    if batch_work is not None:
-        settle = await batch_work(nc)
-        try:
-            return await _fetch_settle_ack(js, total, work, durable, settle)
-        finally:
-            await nc.close()
-    subscription = await js.pull_subscribe(
-        SUBJECTS,
-        durable=durable,
-        stream=STREAM,
-        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=-1),
-    )
-    read = 0
-    started = time.perf_counter()
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while read < total and time.monotonic() < deadline:
-        for message in await subscription.fetch(1000, timeout=10):
-            if work is not None:
-                work(message)
-            await message.ack()
-            read += 1
-    seconds = time.perf_counter() - started
-    await subscription.unsubscribe()
-    await js.delete_consumer(STREAM, durable)
-    await nc.close()
-    return rate(read, seconds)
+    try:
+        settle = None if batch_work is None else await batch_work(nc)
+        return await _fetch_loop(nc.jetstream(), total, work, durable, settle)
+    finally:
+        await nc.close()
 
 
-async def _fetch_settle_ack(
+async def _fetch_loop(
     js: JetStreamContext,
     total: int,
     work: Callable[[Msg], None] | None,
     durable: str,
-    settle: BatchWork,
+    settle: BatchWork | None,
 ) -> float:
-    """`fetch_and_ack`'s loop with `settle` awaited on each batch between its messages'
-    work and their acks, as a projector writes a batch's sessions before it acks them."""
+    """`fetch_and_ack`'s loop: each message's work then its ack, or with `settle`, every
+    message's work, `settle` on the batch, then the acks, as a projector writes a batch's
+    sessions before it acks them."""
     subscription = await js.pull_subscribe(
         SUBJECTS,
         durable=durable,
@@ -118,12 +97,18 @@ async def _fetch_settle_ack(
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     while read < total and time.monotonic() < deadline:
         messages = await subscription.fetch(1000, timeout=10)
-        if work is not None:
+        if settle is None:
             for message in messages:
-                work(message)
-        await settle(messages)
-        for message in messages:
-            await message.ack()
+                if work is not None:
+                    work(message)
+                await message.ack()
+        else:
+            for message in messages:
+                if work is not None:
+                    work(message)
+            await settle(messages)
+            for message in messages:
+                await message.ack()
         read += len(messages)
     seconds = time.perf_counter() - started
     await subscription.unsubscribe()
