@@ -1,6 +1,7 @@
 """The core's `decide` per command, without NATS: the gateway's load, and one long session.
 
-    python bench/decide_profile.py [--sessions 64] [--commands 125] [--life 5000] [--output F]
+    python bench/decide_profile.py [--sessions 64] [--commands 125] [--life 5000] [--turns 2000]
+                                   [--output F]
 
 - `interleaved`: `--sessions` sessions take turns, each sending `--commands` injects with a
   dedupe key (the `write_gateway` scenario's commands, `bench.write_path.inject_payload`);
@@ -8,6 +9,11 @@
 - `life`: one session sent `--life` such injects in a row; the mean µs of `decide` per
   command in each window of its life (up to 100, 1,000, 3,000, then `--life` commands), to
   show whether a command costs more as the session's history grows.
+- `turns`: one session lives `--turns` turns of an agent's loop: a reminder for the turn
+  injected (`ttl_turns` 1), the turn rendered, the reminder acknowledged, the turn ended;
+  the mean µs of `decide` per command in each window of turns (up to 100, 1,000, then
+  `--turns`). Each turn delivers one envelope, so the session gathers digests of older
+  envelopes and acknowledged reminders, which only a long life does.
 
 Each command is decided on the state the previous one left, as the gateway keeps it
 (`Decision.state_after`; a tree without it folds the events). Only `decide` is timed: the
@@ -85,12 +91,53 @@ def life(commands: int) -> dict[str, float]:
     return windows
 
 
+def _turn(state: SessionState, turn: int, n: int) -> tuple[float, SessionState, int]:
+    """One turn of the agent's loop on `state` (its commands numbered from `n`): seconds of
+    `decide` over its four commands, the state after them and the next number."""
+    spent = 0.0
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("inject", {"reminder": {"body": f"turn {turn}: keep the tests green", "ttl_turns": 1}}),
+        ("render", {"turn": turn}),
+        ("acknowledge", {"turn": turn, "outcome": "acted"}),
+        ("end_turn", {"turn": turn}),
+    ]
+    reminder_id = ""
+    for op, fields in steps:
+        if op == "acknowledge":
+            fields["reminder_id"] = reminder_id
+        command, _ = cmd.parse_command(op, {"session_id": "decide-turns", **fields})
+        context = fresh_context()
+        started = time.perf_counter()
+        decision = decide(state, command, context)
+        spent += time.perf_counter() - started
+        if not decision.ok:
+            raise RuntimeError(f"{op} refused: {decision.reply.get('error', {}).get('code')}")
+        reminder_id = str(decision.reply.get("reminder_id", reminder_id))
+        state, n = _after(decision, state, n), n + 1
+    return spent, state, n
+
+
+def turns(count: int) -> dict[str, float]:
+    """Mean µs of `decide` per command in each window of one session's turns."""
+    ends = [end for end in WINDOW_ENDS[:2] if end < count] + [count]
+    state, n, start, total = SessionState(), 1, 0, 0.0
+    windows: dict[str, float] = {}
+    for turn in range(count):
+        spent, state, n = _turn(state, turn, n)
+        total += spent
+        if turn + 1 == ends[len(windows)]:
+            windows[f"{start + 1}-{turn + 1}"] = round(total / (4 * (turn + 1 - start)) * 1e6, 1)
+            start, total = turn + 1, 0.0
+    return windows
+
+
 def main() -> None:
     """Measure both and write `bench/results/decide_profile.json` (or `--output`)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--commands", type=int, default=125)
     parser.add_argument("--life", type=int, default=5_000)
+    parser.add_argument("--turns", type=int, default=2_000)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     result: dict[str, Any] = {
@@ -99,6 +146,8 @@ def main() -> None:
         "interleaved_decide_us_per_command": interleaved(args.sessions, args.commands),
         "life_commands": args.life,
         "life_decide_us_per_command": life(args.life),
+        "turns": args.turns,
+        "turns_decide_us_per_command": turns(args.turns),
     }
     emit("decide_profile", result, args.output)
 

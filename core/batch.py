@@ -19,7 +19,14 @@ from contracts.trusted import trusted
 from core import rules
 from core.canonical import derived_uuid7, linked
 from core.config import CommandContext, CoreConfig
-from core.fold import Scratch, apply_body, apply_link, fold_all
+from core.fold import (
+    Scratch,
+    apply_body,
+    apply_link,
+    fold_all,
+    kept_envelopes,
+    kept_text_bytes,
+)
 from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
 
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.
@@ -115,17 +122,19 @@ class Batch:
         apply_body(self.scratch, draft)
 
     def _state_surely_fits(self, config: CoreConfig, remembered_bytes: int) -> bool:
-        """Whether a bound from list lengths and the history's carried size
-        (`Scratch.history_bytes`) shows the state after the command fits, so the exact
-        measurement (a full serialisation) can be skipped. The delivered
-        history's directive ids are counted row by row: an id injected again after it
-        expired is listed by each envelope that delivered it, yet seen once."""
+        """Whether a bound from list lengths, the live reminders' and kept envelopes' sizes
+        and the history's carried size (`Scratch.history_bytes`) shows the state after the
+        command fits, so the exact measurement (a full serialisation) can be skipped. The
+        directive ids are counted row by row: an id injected again after it expired is
+        listed by each envelope that delivered it, yet seen once."""
         scratch = self.scratch
+        kept = kept_envelopes(scratch.delivered)
         bound = state_upper_bound(
-            config,
+            live_bytes=rules.session_bytes(scratch.pending, scratch.queued),
             rows=len(scratch.pending) + len(scratch.queued),
-            delivered_rows=len(scratch.delivered),
-            delivered_ids=sum(len(row.directive_ids) for row in scratch.delivered),
+            delivered_text=kept_text_bytes(kept),
+            delivered_rows=len(kept),
+            delivered_ids=sum(len(row.directive_ids) for row in kept),
             replies=len(scratch.recent_replies),
             history_bytes=scratch.history_bytes(),
             inherited=len(scratch.inherited_from),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, get_origin
+from typing import Any, cast, get_origin
 
 from contracts import events as ev
 from contracts.events import AckOutcome
@@ -31,7 +31,7 @@ from contracts.state import (
 from contracts.trusted import trusted
 from core.canonical import sha256_hex
 from core.rules import remembered_reply, ttl_pass_due
-from core.size import KeptOnce, MeasuredOnce, json_bytes, stored_bytes
+from core.size import KeptOnce, MeasuredOnce, digest_bytes, json_bytes, stored_bytes
 
 #: `SessionState`'s fields in order; `Scratch` has exactly these (checked at import).
 STATE_FIELDS: tuple[str, ...] = tuple(SessionState.model_fields)
@@ -150,16 +150,23 @@ class Scratch:
             self._hand_sets_to(state)
 
     def history_bytes(self) -> int:
-        """Stored bytes of `seen_ids`, `revoked_ids` and `fired_ids` (each id with its quotes
-        and a comma): measured in full once per session, then kept as ids are added."""
+        """An upper bound of the stored bytes of what only a long history grows: the ids in
+        `seen_ids`, `revoked_ids` and `fired_ids` and those `acknowledged` (each with its
+        quotes and a comma), and the delivered rows before the newest full envelopes (the
+        digests of older ones). Measured in full once per session, then kept as they grow."""
         if self._history is None:
             self._history = _history_of(self)
         return self._history
 
     def _count_history(self, ids: list[str], size_before: int) -> None:
         """Count the id `ids` may have gained (it had `size_before` items)."""
-        if self._history is not None and len(ids) > size_before:
-            self._history += stored_bytes(ids[-1]) + 3
+        if len(ids) > size_before:
+            self._add_history(stored_bytes(ids[-1]) + 3)
+
+    def _add_history(self, size: int) -> None:
+        """Count `size` more bytes of history, if the history is measured yet."""
+        if self._history is not None:
+            self._history += size
 
     def remember(self, row: RecentReply) -> None:
         """Remember a command's reply, within the window's count and bytes (§4.1.1)."""
@@ -283,11 +290,13 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
     for index in full[: len(full) - kept]:
         old = s.delivered[index]
         assert isinstance(old, DeliveredEnvelope)
-        s.delivered[index] = DeliveredDigest(
+        digest = DeliveredDigest(
             turn_number=old.turn_number,
             directive_ids=old.directive_ids,
             text_sha256=sha256_hex(old.text),
         )
+        s.delivered[index] = digest
+        s._add_history(digest_bytes(digest))
     if s.nonce is None and p.nonce is not None:
         s.nonce = p.nonce
 
@@ -319,6 +328,7 @@ def _compacted(s: Scratch, p: ev.Compacted, _: ev.Event) -> None:
         for row in s.pending
     ]
     s.delivered = []
+    s._history = None  # its digests are gone: measured again when next asked
     s.compactions += 1
 
 
@@ -386,7 +396,10 @@ def _forged_directive_neutralized(
 
 def _acknowledged(s: Scratch, p: ev.Acknowledged, _: ev.Event) -> None:
     """Remember the outcome; a `dismissed` one's removal is its own `expired` event."""
-    s.acknowledged[p.reminder_id] = [*s.acknowledged.get(p.reminder_id, []), p.outcome]
+    earlier = s.acknowledged.get(p.reminder_id)
+    if earlier is None:
+        s._add_history(stored_bytes(p.reminder_id) + 3)
+    s.acknowledged[p.reminder_id] = [*(earlier or []), p.outcome]
 
 
 Handler = Callable[[Scratch, Any, ev.Event], None]
@@ -496,8 +509,32 @@ def history_bytes(*lists: list[str]) -> int:
 
 
 def _history_of(holder: SessionState | Scratch) -> int:
-    """`history_bytes` of a state's (or a scratch's) seen, revoked and fired ids."""
-    return history_bytes(holder.seen_ids, holder.revoked_ids, holder.fired_ids)
+    """`Scratch.history_bytes` of a state (or a scratch) measured in full."""
+    ids = history_bytes(holder.seen_ids, holder.revoked_ids, holder.fired_ids)
+    ids += history_bytes(list(holder.acknowledged))
+    older = holder.delivered[: len(holder.delivered) - len(kept_envelopes(holder.delivered))]
+    # Older rows are digests; an envelope among them (a state the fold did not make) is
+    # counted whole, so the bound stays a bound.
+    return ids + sum(
+        digest_bytes(row)
+        if isinstance(row, DeliveredDigest)
+        else json_bytes(row.model_dump(mode="json")) + 1
+        for row in older
+    )
+
+
+def kept_envelopes(rows: list[DeliveredEnvelope | DeliveredDigest]) -> list[DeliveredEnvelope]:
+    """The newest delivered rows kept in full: the run of envelopes at the end (the fold
+    turns the oldest envelopes into digests, so every row before them is a digest)."""
+    start = len(rows)
+    while start and isinstance(rows[start - 1], DeliveredEnvelope):
+        start -= 1
+    return cast(list[DeliveredEnvelope], rows[start:])
+
+
+def kept_text_bytes(envelopes: list[DeliveredEnvelope]) -> int:
+    """Stored bytes of the texts of `envelopes`, each measured once per row."""
+    return sum(_TEXT_BYTES.many(envelopes))
 
 
 #: The sets of each state's `seen_ids` and `fired_ids` (None: not built), by identity, while

@@ -36,7 +36,12 @@ from typing import Any, Generic, TypeVar
 
 from contracts.errors import ErrorCode, ReminderError
 from contracts.spec import MAX_WIRE_INT, ResolvedSpec
-from contracts.state import FULL_ENVELOPE_TEXT_BYTES, RECENT_REPLIES_BYTES, RECENT_REPLIES_KEPT
+from contracts.state import (
+    FULL_ENVELOPE_TEXT_BYTES,
+    RECENT_REPLIES_BYTES,
+    RECENT_REPLIES_KEPT,
+    DeliveredDigest,
+)
 from core.config import CoreConfig
 
 #: What a message's headers may take of the server's `max_payload`, which counts headers
@@ -147,6 +152,24 @@ def json_bytes(value: Any) -> int:
     """UTF-8 length of `value` as canonical JSON."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return len(text.encode("utf-8"))
+
+
+#: A delivered digest's stored size apart from its directive ids, with the comma after it:
+#: its keys, the text's SHA-256 and the largest turn number.
+DIGEST_BYTES = (
+    json_bytes(
+        DeliveredDigest(
+            turn_number=MAX_WIRE_INT, directive_ids=[], text_sha256="0" * 64
+        ).model_dump(mode="json")
+    )
+    + 1
+)
+
+
+def digest_bytes(row: DeliveredDigest) -> int:
+    """An upper bound of a delivered digest's stored size with its comma: `DIGEST_BYTES` and
+    each directive id with its quotes and a comma."""
+    return DIGEST_BYTES + sum(stored_bytes(item) + 3 for item in row.directive_ids)
 
 
 def _skeleton_bytes() -> int:
@@ -267,9 +290,10 @@ def worst_case(config: CoreConfig) -> WorstCase:
 
 
 def state_upper_bound(
-    config: CoreConfig,
     *,
+    live_bytes: int,
     rows: int,
+    delivered_text: int,
     delivered_rows: int,
     delivered_ids: int,
     replies: int,
@@ -279,26 +303,27 @@ def state_upper_bound(
     acknowledged: int,
     provider_marks: int,
 ) -> int:
-    """An upper bound of a state's stored size from counts alone (cheap on the hot path).
+    """An upper bound of a state's stored size from counts and sizes the caller keeps (cheap
+    on the hot path).
 
-    `rows` pending and queued rows, whose specs the session budget bounds; `delivered_rows`
-    envelopes and digests holding at most `delivered_ids` directive ids (their full texts
-    within what the fold keeps); `replies` remembered replies (their bodies within
-    `RECENT_REPLIES_BYTES`);
-    `history_bytes` the stored bytes of the seen, revoked and fired reminder ids with their
-    quotes and commas (a session that lived long holds thousands: their measured size, not
-    the longest an id may be, keeps the bound useful for it); `inherited` applied handoff
-    ids;
-    `mutes` active mutes; `acknowledged` acknowledged reminders; `provider_marks` providers'
+    `live_bytes` the pending and queued specs' stored bytes (`rules.session_bytes`) in
+    `rows` rows; `delivered_rows` envelopes kept in full, holding `delivered_ids` directive
+    ids and `delivered_text` stored bytes of text; `replies` remembered replies (their
+    bodies within `RECENT_REPLIES_BYTES`); `history_bytes` what only a long history grows,
+    measured (`Scratch.history_bytes`: the seen, revoked, fired and acknowledged ids and
+    the digests of older envelopes; a session that lived long holds thousands of them, and
+    their measured size, not the longest an id may be, keeps the bound useful for it);
+    `inherited` applied handoff ids; `mutes` active mutes; `acknowledged` acknowledged
+    reminders (their outcomes: the ids are in `history_bytes`); `provider_marks` providers'
     latches (the providers' trail is always counted, present or not). When it is within
     `max_payload_bytes`, `decide` need not serialise the state to know it fits.
     """
     reminder_id = _REMINDER_ID + 1
     return (
         _STATE_BASE
-        + config.max_session_bytes
+        + live_bytes
         + rows * _ROW
-        + FULL_ENVELOPE_TEXT_BYTES
+        + delivered_text
         + delivered_rows * (_ROW + 80)
         + delivered_ids * reminder_id
         + RECENT_REPLIES_BYTES
@@ -306,7 +331,7 @@ def state_upper_bound(
         + history_bytes
         + inherited * (_IDENT + 1)
         + mutes * _MUTE
-        + acknowledged * (reminder_id + _ACK)
+        + acknowledged * _ACK
         + _PROVIDERS
         + provider_marks * _MARK
     )

@@ -114,9 +114,9 @@ def test_the_bound_is_given_the_sessions_latches_and_the_length_of_its_history(
 ) -> None:
     given: list[dict[str, int]] = []
 
-    def bound(config: CoreConfig, **counts: int) -> int:
+    def bound(**counts: int) -> int:
         given.append(counts)
-        return state_upper_bound(config, **counts)
+        return state_upper_bound(**counts)
 
     monkeypatch.setattr(core.batch, "state_upper_bound", bound)
     mark = ProviderMark(fired_count=1)

@@ -1,0 +1,132 @@
+"""The state check's bound counts what only a long history grows by its measured bytes:
+the acknowledged reminders' ids, the digests of older envelopes, the live reminders' specs
+and the kept envelopes' texts. So a session that lived long is not serialised on every
+command to know its state fits (a session of a thousand rendered turns was, at several
+times a command's cost), and the bound still never under-counts a state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts import commands as cmd
+from contracts.state import DeliveredDigest, DeliveredEnvelope, SessionState
+from core import decide
+from core.fold import _HISTORY_BYTES, _history_of
+from tests.support import context_for
+from tests.unit.test_mutants_batch import assert_too_large, inject_into, long_id
+
+
+def never_serialised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make measuring a state by serialising it fail the test."""
+
+    def measured(self: SessionState, **_: object) -> str:
+        raise AssertionError("the state was serialised to measure it")
+
+    monkeypatch.setattr(SessionState, "model_dump_json", measured)
+
+
+def short_id(n: int) -> str:
+    """The n-th reminder id of a usual length (a UUID's)."""
+    return f"{n:08d}-0000-7000-8000-000000000000"
+
+
+def digest(turn: int, ids: list[str]) -> DeliveredDigest:
+    """An older envelope's digest."""
+    return DeliveredDigest(turn_number=turn, directive_ids=ids, text_sha256="0" * 64)
+
+
+def envelope(turn: int, text: str) -> DeliveredEnvelope:
+    """An envelope kept in full."""
+    return DeliveredEnvelope(
+        turn_number=turn,
+        speaker="harness",
+        directive_ids=[short_id(turn)],
+        text=text,
+        format="context-directives",
+        nonce=None,
+    )
+
+
+def test_a_session_that_acknowledged_thousands_of_reminders_is_not_serialised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids = [short_id(n) for n in range(2000)]
+    state = SessionState(
+        session_id="s1",
+        seen_ids=ids,
+        fired_ids=ids,
+        acknowledged={item: ["acted"] for item in ids},
+    )
+    never_serialised(monkeypatch)
+    assert inject_into(state, 1024 * 1024).ok
+
+
+def test_a_session_of_thousands_of_rendered_turns_is_not_serialised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids = [short_id(n) for n in range(2000)]
+    delivered: list[DeliveredEnvelope | DeliveredDigest] = [
+        digest(n, [item]) for n, item in enumerate(ids)
+    ]
+    delivered += [envelope(2000 + n, "t" * 2000) for n in range(64)]
+    state = SessionState(session_id="s1", seen_ids=ids, fired_ids=ids, delivered=delivered)
+    never_serialised(monkeypatch)
+    assert inject_into(state, 1024 * 1024).ok
+
+
+def test_acknowledged_reminders_of_the_longest_ids_are_counted_in_the_bound() -> None:
+    ids = [long_id(n) for n in range(1024)]
+    outcomes: dict[str, Any] = {item: ["acted", "ignored", "dismissed"] for item in ids}
+    state = SessionState(session_id="s1", seen_ids=ids, acknowledged=outcomes)
+    limit = len(state.model_dump_json().encode())
+    assert_too_large(inject_into(state, limit), "state", limit)
+
+
+def test_an_envelope_kept_in_full_before_a_digest_is_still_counted() -> None:
+    # Not a state the fold makes (it turns the oldest envelopes into digests), so the bound
+    # cannot take it for a digest: it is counted whole.
+    delivered: list[DeliveredEnvelope | DeliveredDigest] = [
+        envelope(0, "x" * 300_000),
+        digest(1, [short_id(1)]),
+        envelope(2, "y"),
+    ]
+    state = SessionState(session_id="s1", delivered=delivered)
+    limit = len(state.model_dump_json().encode())
+    assert_too_large(inject_into(state, limit), "state", limit)
+
+
+def test_the_kept_envelopes_texts_are_counted_in_the_bound() -> None:
+    state = SessionState(session_id="s1", delivered=[envelope(0, "z" * 600_000)])
+    limit = len(state.model_dump_json().encode())
+    assert_too_large(inject_into(state, limit), "state", limit)
+
+
+def run(state: SessionState, op: str, n: int, **fields: Any) -> SessionState:
+    """Decide one command on `state` and keep the state after it, as the gateway does."""
+    command, _ = cmd.parse_command(op, {"session_id": "s1", **fields})
+    decision = decide(state, command, context_for(n, "n0nce"))
+    assert decision.ok, decision.reply
+    return decision.state_after(state, n) if decision.events else state
+
+
+def test_the_carried_history_is_the_history_measured_again() -> None:
+    state, n = SessionState(), 0
+    for turn in range(150):
+        n += 1
+        state = run(state, "inject", n, reminder={"body": f"turn {turn}", "ttl_turns": 1})
+        reminder_id = state.pending[-1].spec.id
+        n += 1
+        state = run(state, "render", n, turn=turn)
+        n += 1
+        state = run(state, "acknowledge", n, reminder_id=reminder_id, turn=turn, outcome="acted")
+        n += 1
+        state = run(state, "end_turn", n, turn=turn)
+        if turn == 20:
+            n += 1
+            state = run(state, "compact", n, turn=turn)
+        carried = _HISTORY_BYTES.known(state)
+        assert carried is None or carried == _history_of(state)
+    assert any(isinstance(row, DeliveredDigest) for row in state.delivered)
+    assert _HISTORY_BYTES.known(state) == _history_of(state)
