@@ -277,8 +277,10 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
         )
     )
     # The newest envelopes are kept in full within FULL_ENVELOPE_TEXT_BYTES of stored text
-    # (the newest always) and at most FULL_ENVELOPES_KEPT of them (§6.2, §4.1.1).
-    full = [i for i, row in enumerate(s.delivered) if isinstance(row, DeliveredEnvelope)]
+    # (the newest always) and at most FULL_ENVELOPES_KEPT of them (§6.2, §4.1.1). Every
+    # older row is a digest already (this rule made it one), so only the run of envelopes
+    # at the end is looked at, not a long session's whole delivered history.
+    full = range(len(s.delivered) - len(kept_envelopes(s.delivered)), len(s.delivered))
     kept, text_bytes = 0, 0
     for index in reversed(full):
         row = s.delivered[index]
