@@ -194,6 +194,18 @@ class Scratch:
         self._fired = _append_once(self.fired_ids, self._fired, reminder_id)
         self._count_history(self.fired_ids, size)
 
+    def has_seen(self, reminder_id: str) -> bool:
+        """Whether `reminder_id` is in `seen_ids`, by their set (built once, then carried)."""
+        if self._seen is None:
+            self._seen = set(self.seen_ids)
+        return reminder_id in self._seen
+
+    def has_fired(self, reminder_id: str) -> bool:
+        """Whether `reminder_id` is in `fired_ids`, by their set (built once, then carried)."""
+        if self._fired is None:
+            self._fired = set(self.fired_ids)
+        return reminder_id in self._fired
+
     def revoke(self, reminder_id: str) -> None:
         """Remember an id as revoked, once."""
         if reminder_id not in self.revoked_ids:

@@ -39,7 +39,7 @@ def acknowledge(batch: Batch, command: cmd.Acknowledge, config: CoreConfig) -> R
     dismissed}`); a repeat of an outcome already recorded appends nothing."""
     scratch = batch.scratch
     target = command.reminder_id
-    if target not in scratch.seen_ids:
+    if not scratch.has_seen(target):
         raise reject(
             ErrorCode.UNKNOWN_REMINDER_ID,
             "no reminder with this id was ever seen in the session",
@@ -57,7 +57,7 @@ def acknowledge(batch: Batch, command: cmd.Acknowledge, config: CoreConfig) -> R
             field="outcome",
             reminder_id=target,
         )
-    if command.outcome != "dismissed" and target not in scratch.fired_ids:
+    if command.outcome != "dismissed" and not scratch.has_fired(target):
         raise reject(
             ErrorCode.INVALID_OPTION,
             f"invalid outcome: {command.outcome} needs a reminder delivered at least once",

@@ -102,7 +102,7 @@ def revoke(batch: Batch, command: cmd.Revoke, config: CoreConfig) -> Reply:
         return RevokeReply(session_seq=0, status="revoked")
     if target not in live_ids(batch.scratch) and target in batch.scratch.revoked_ids:
         return RevokeReply(session_seq=0, status="already_revoked")
-    if target in batch.scratch.seen_ids:
+    if batch.scratch.has_seen(target):
         raise reject(
             ErrorCode.ALREADY_DELIVERED,
             "the reminder is no longer queued: it was drained or injected directly",

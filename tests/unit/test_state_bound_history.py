@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 
+import core.batch
 from contracts import commands as cmd
+from contracts.spec import MAX_WIRE_INT
 from contracts.state import DeliveredDigest, DeliveredEnvelope, SessionState
 from core import decide
 from core.fold import _HISTORY_BYTES, _history_of
+from core.size import digest_bytes, json_bytes, state_upper_bound
 from tests.support import context_for
 from tests.unit.test_mutants_batch import assert_too_large, inject_into, long_id
 
@@ -130,3 +133,46 @@ def test_the_carried_history_is_the_history_measured_again() -> None:
         assert carried is None or carried == _history_of(state)
     assert any(isinstance(row, DeliveredDigest) for row in state.delivered)
     assert _HISTORY_BYTES.known(state) == _history_of(state)
+
+
+def test_a_digests_bytes_are_its_stored_size_at_the_largest_turn_with_its_comma() -> None:
+    for ids in ([], ["a"], [short_id(1), short_id(2)]):
+        row = DeliveredDigest(turn_number=MAX_WIRE_INT, directive_ids=ids, text_sha256="0" * 64)
+        stored = json_bytes(row.model_dump(mode="json"))
+        # Its comma, and each id counted with one too (the last one has none).
+        assert digest_bytes(row) == stored + 1 + (1 if ids else 0)
+
+
+def test_an_envelope_before_a_digest_counts_its_whole_stored_size_in_the_history() -> None:
+    early = envelope(0, "x" * 50)
+    older = digest(1, [short_id(1)])
+    state = SessionState(session_id="s1", delivered=[early, older, envelope(2, "y")])
+    assert _history_of(state) == json_bytes(early.model_dump(mode="json")) + 1 + digest_bytes(older)
+
+
+def test_the_bound_is_trusted_exactly_up_to_the_payload_and_no_further(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bounds: list[int] = []
+
+    def recorded(**counts: int) -> int:
+        bounds.append(state_upper_bound(**counts))
+        return bounds[-1]
+
+    monkeypatch.setattr(core.batch, "state_upper_bound", recorded)
+    state = SessionState(session_id="s1")
+    assert inject_into(state, 1024 * 1024).ok
+    # The bound, the chain head, the projector's stream_seq and the KV framing.
+    at_most = bounds[-1] + 64 + 16 + 64
+    serialised: list[int] = []
+    original = SessionState.model_dump_json
+
+    def counted(self: SessionState, **options: Any) -> str:
+        serialised.append(1)
+        return original(self, **options)
+
+    monkeypatch.setattr(SessionState, "model_dump_json", counted)
+    assert inject_into(state, at_most).ok
+    assert serialised == []  # surely fits: not measured
+    assert inject_into(state, at_most - 1).ok
+    assert serialised == [1]  # not sure: measured (and it fits)
