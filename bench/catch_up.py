@@ -54,8 +54,10 @@ PHASE_TIMEOUT_S = 1800.0
 
 
 #: Work on a whole fetched batch before its messages are acked (`bench.projector_floor`'s
-#: bucket layers), made once per read with the read's connection.
+#: bucket layers).
 BatchWork = Callable[[list[Msg]], Awaitable[None]]
+#: What makes a read's `BatchWork`, once per read, with the read's connection.
+BatchWorkFactory = Callable[[Client], Awaitable[BatchWork]]
 
 
 async def fetch_and_ack(
@@ -63,7 +65,7 @@ async def fetch_and_ack(
     total: int,
     work: Callable[[Msg], None] | None = None,
     durable: str = "bench-fetch",
-    batch_work: Callable[[Client], Awaitable[BatchWork]] | None = None,
+    batch_work: BatchWorkFactory | None = None,
 ) -> float:
     """Baseline: messages/s of fetch(1000) + ack of every message on a fresh durable (with
     `work` done on each message before its ack, and `batch_work` on each fetched batch
@@ -97,15 +99,12 @@ async def _fetch_loop(
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     while read < total and time.monotonic() < deadline:
         messages = await subscription.fetch(1000, timeout=10)
-        if settle is None:
-            for message in messages:
-                if work is not None:
-                    work(message)
+        for message in messages:
+            if work is not None:
+                work(message)
+            if settle is None:
                 await message.ack()
-        else:
-            for message in messages:
-                if work is not None:
-                    work(message)
+        if settle is not None:
             await settle(messages)
             for message in messages:
                 await message.ack()

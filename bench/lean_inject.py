@@ -77,12 +77,11 @@ class LeanSessions:
             "reminder_id": reminder_id,
             "session_seq": session.session_seq + len(payloads),
         }
+        # The reply rides on the last event only.
+        replies = [None] * (len(payloads) - 1) + [reply]
         encoded = [
-            self._linked(session, command, context, kind, payload, reply if last else None)
-            for kind, payload, last in (
-                (kind, payload, index == len(payloads) - 1)
-                for index, (kind, payload) in enumerate(payloads)
-            )
+            self._linked(session, command, context, kind, payload, answer)
+            for (kind, payload), answer in zip(payloads, replies, strict=True)
         ]
         if spec.dedupe_key is not None:
             session.live_by_key[spec.dedupe_key] = reminder_id

@@ -37,7 +37,7 @@ import argparse
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +45,14 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bench import msgspec_mirror
-from bench.catch_up import BatchWork, fetch_and_ack
+from bench.catch_up import BatchWork, BatchWorkFactory, fetch_and_ack
 from bench.common import embedded_server, emit, provision_server
 from bench.traffic import Plan, append_all, generate
 from contracts.state import SessionState
 from contracts.stored import read_stored
 from contracts.subjects import last_token
 from core.projection import Record, Verdict, project
+from services.adapters.bucket_scan import bucket_stream
 from services.adapters.memory import PROJECTOR_COLLECT_AFTER_ALLOCATIONS, collect_less_often
 from services.adapters.records import KvSessionStore
 from services.adapters.settings import Settings
@@ -131,29 +132,25 @@ BUCKET_LAYERS: dict[str, bool] = {
 ROUND_SESSIONS = 256
 
 
-def bucket_layer(bucket: str, read: bool) -> tuple[Work, Callable[[Client], Awaitable[BatchWork]]]:
-    """`validate_msgspec_chain`, and for each fetched batch, before its acks, one
-    compare-and-set write of every session it touched (the session's last event of the batch
-    as its value: smaller than any state a projector stores), in rounds of
-    `ROUND_SESSIONS` through the projector's own `KvSessionStore.write_many` (one atomic
-    batch a round). With `read`, each round first reads its sessions' values and revisions
-    with `read_many` (one multi-key direct get), as a projector must for a session it does
-    not hold; without, the revisions are kept in memory and nothing is read. The bucket is
-    purged first, so every read starts from nothing, as a projector's catch-up from zero."""
-    validated = validate_msgspec_chain()
-    touched: dict[str, bytes] = {}
+def bucket_layer(bucket: str, read: bool) -> BatchWorkFactory:
+    """The batch's part of a bucket layer (its messages are validated and chain-checked by
+    `validate_msgspec_chain`): before the acks, one compare-and-set write of every session
+    the batch touched (the session's last event of the batch as its value: smaller than any
+    state a projector stores), in rounds of `ROUND_SESSIONS` through the projector's own
+    `KvSessionStore.write_many` (one atomic batch a round). With `read`, each round first
+    reads its sessions' values and revisions with `read_many` (one multi-key direct get), as
+    a projector must for a session it does not hold; without, the revisions are kept in
+    memory and nothing is read. The bucket is purged first, so every read starts from
+    nothing, as a projector's catch-up from zero."""
     revisions: dict[str, int] = {}
-
-    def work(data: bytes, subject: str, seq: int) -> None:
-        validated(data, subject, seq)
-        touched[last_token(subject)] = data
 
     async def open_store(nc: Client) -> BatchWork:
         js = nc.jetstream()
-        await js.purge_stream(f"KV_{bucket}")
+        await js.purge_stream(bucket_stream(bucket))
         store = KvSessionStore(await js.key_value(bucket), nc, bucket)
 
         async def settle(messages: list[Msg]) -> None:
+            touched = {last_token(message.subject): message.data for message in messages}
             tokens = list(touched)
             for start in range(0, len(tokens), ROUND_SESSIONS):
                 chunk = tokens[start : start + ROUND_SESSIONS]
@@ -168,11 +165,10 @@ def bucket_layer(bucket: str, read: bool) -> tuple[Work, Callable[[Client], Awai
                 if written is None:
                     raise RuntimeError("a stale revision in a bucket layer's own writes")
                 revisions.update(zip(chunk, written, strict=True))
-            touched.clear()
 
         return settle
 
-    return work, open_store
+    return open_store
 
 
 def read_all(
@@ -180,7 +176,7 @@ def read_all(
     total: int,
     work: Work,
     durable: str,
-    batch_work: Callable[[Client], Awaitable[BatchWork]] | None = None,
+    batch_work: BatchWorkFactory | None = None,
 ) -> tuple[float, float]:
     """Messages/s of the baseline's own loop (`bench.catch_up.fetch_and_ack`) over the whole
     stream on a fresh durable with `work` done on each message before its ack (and
@@ -202,10 +198,10 @@ def run(sessions: int, commands: float, passes: int) -> dict[str, Any]:
     order = ["fetch_ack"]
     for layer in [name for name in [*LAYERS, *BUCKET_LAYERS] if name != "fetch_ack"]:
         order += [layer] * passes + ["fetch_ack"]
-    bucket = Settings(nats_url="nats://unused").kv_bucket
     reads: list[dict[str, Any]] = []
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
+        bucket = Settings(nats_url=server.url).kv_bucket  # the one provisioning made
         total = asyncio.run(append_all(server.url, traffic, plan))
         # The collector as the projector's process tunes it: with the default threshold,
         # collections walking every record held would be most of `core_in_memory`'s time.
@@ -214,7 +210,8 @@ def run(sessions: int, commands: float, passes: int) -> dict[str, Any]:
         for index, layer in enumerate(order):
             durable = f"floor-{index}"
             if layer in BUCKET_LAYERS:
-                work, batch_work = bucket_layer(bucket, BUCKET_LAYERS[layer])
+                batch_work = bucket_layer(bucket, BUCKET_LAYERS[layer])
+                work = validate_msgspec_chain()
                 msgs_per_s, cpu_us = read_all(server.url, total, work, durable, batch_work)
             else:
                 msgs_per_s, cpu_us = read_all(server.url, total, LAYERS[layer](), durable)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from bench.fold_profile import build_log
 from bench.projector_floor import BUCKET_LAYERS, bucket_layer
@@ -19,18 +20,16 @@ async def test_each_batch_leaves_every_touched_session_its_last_event(
     nc: Client, provisioned: Settings, layer: str
 ) -> None:
     log = build_log(20, 4.6, 10)
-    work, open_store = bucket_layer(provisioned.kv_bucket, BUCKET_LAYERS[layer])
-    settle = await open_store(nc)
+    settle = await bucket_layer(provisioned.kv_bucket, BUCKET_LAYERS[layer])(nc)
     half = len(log) // 2
     last: dict[str, bytes] = {}
     store = KvSessionStore(
         await nc.jetstream().key_value(provisioned.kv_bucket), nc, provisioned.kv_bucket
     )
     for batch in (log[:half], log[half:]):
-        for subject, data, seq in batch:
-            work(data, subject, seq)
+        for subject, data, _ in batch:
             last[last_token(subject)] = data
-        await settle([])
+        await settle([Msg(nc, subject=subject, data=data) for subject, data, _ in batch])
         found = await store.read_many(sorted(last))
         assert {token: value for token, (value, _) in found.items()} == last
     # Every session written once per batch that touched it: the second batch's writes
