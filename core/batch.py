@@ -24,7 +24,7 @@ from core.fold import (
     apply_body,
     apply_link,
     fold_all,
-    kept_envelopes,
+    kept_from,
     kept_text_bytes,
 )
 from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
@@ -128,7 +128,7 @@ class Batch:
         directive ids are counted row by row: an id injected again after it expired is
         listed by each envelope that delivered it, yet seen once."""
         scratch = self.scratch
-        kept = kept_envelopes(scratch.delivered)
+        kept = scratch.delivered[kept_from(scratch.delivered) :]
         bound = state_upper_bound(
             live_bytes=rules.session_bytes(scratch.pending, scratch.queued),
             rows=len(scratch.pending) + len(scratch.queued),

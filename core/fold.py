@@ -206,6 +206,30 @@ class Scratch:
             self._fired = set(self.fired_ids)
         return reminder_id in self._fired
 
+    def acknowledge(self, reminder_id: str, outcome: AckOutcome) -> None:
+        """Record an outcome; a reminder acknowledged first adds its id to the history."""
+        earlier = self.acknowledged.get(reminder_id)
+        if earlier is None:
+            self._add_history(stored_bytes(reminder_id) + 3)
+        self.acknowledged[reminder_id] = [*(earlier or []), outcome]
+
+    def digest_delivered(self, index: int) -> None:
+        """Keep the delivered envelope at `index` as its digest, which joins the history."""
+        old = self.delivered[index]
+        assert isinstance(old, DeliveredEnvelope)
+        digest = DeliveredDigest(
+            turn_number=old.turn_number,
+            directive_ids=old.directive_ids,
+            text_sha256=sha256_hex(old.text),
+        )
+        self.delivered[index] = digest
+        self._add_history(digest_bytes(digest))
+
+    def clear_delivered(self) -> None:
+        """Drop every delivered row; the history (their digests) is measured again."""
+        self.delivered = []
+        self._history = None
+
     def revoke(self, reminder_id: str) -> None:
         """Remember an id as revoked, once."""
         if reminder_id not in self.revoked_ids:
@@ -289,10 +313,9 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
         )
     )
     # The newest envelopes are kept in full within FULL_ENVELOPE_TEXT_BYTES of stored text
-    # (the newest always) and at most FULL_ENVELOPES_KEPT of them (§6.2, §4.1.1). Every
-    # older row is a digest already (this rule made it one), so only the run of envelopes
-    # at the end is looked at, not a long session's whole delivered history.
-    full = range(len(s.delivered) - len(kept_envelopes(s.delivered)), len(s.delivered))
+    # (the newest always) and at most FULL_ENVELOPES_KEPT of them (§6.2, §4.1.1); older
+    # rows are digests already (this rule made them so): only the run at the end is read.
+    full = range(kept_from(s.delivered), len(s.delivered))
     kept, text_bytes = 0, 0
     for index in reversed(full):
         row = s.delivered[index]
@@ -302,15 +325,7 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
             break
         kept += 1
     for index in full[: len(full) - kept]:
-        old = s.delivered[index]
-        assert isinstance(old, DeliveredEnvelope)
-        digest = DeliveredDigest(
-            turn_number=old.turn_number,
-            directive_ids=old.directive_ids,
-            text_sha256=sha256_hex(old.text),
-        )
-        s.delivered[index] = digest
-        s._add_history(digest_bytes(digest))
+        s.digest_delivered(index)
     if s.nonce is None and p.nonce is not None:
         s.nonce = p.nonce
 
@@ -341,8 +356,7 @@ def _compacted(s: Scratch, p: ev.Compacted, _: ev.Event) -> None:
         else row
         for row in s.pending
     ]
-    s.delivered = []
-    s._history = None  # its digests are gone: measured again when next asked
+    s.clear_delivered()
     s.compactions += 1
 
 
@@ -410,10 +424,7 @@ def _forged_directive_neutralized(
 
 def _acknowledged(s: Scratch, p: ev.Acknowledged, _: ev.Event) -> None:
     """Remember the outcome; a `dismissed` one's removal is its own `expired` event."""
-    earlier = s.acknowledged.get(p.reminder_id)
-    if earlier is None:
-        s._add_history(stored_bytes(p.reminder_id) + 3)
-    s.acknowledged[p.reminder_id] = [*(earlier or []), p.outcome]
+    s.acknowledge(p.reminder_id, p.outcome)
 
 
 Handler = Callable[[Scratch, Any, ev.Event], None]
@@ -526,9 +537,8 @@ def _history_of(holder: SessionState | Scratch) -> int:
     """`Scratch.history_bytes` of a state (or a scratch) measured in full."""
     ids = history_bytes(holder.seen_ids, holder.revoked_ids, holder.fired_ids)
     ids += history_bytes(list(holder.acknowledged))
-    older = holder.delivered[: len(holder.delivered) - len(kept_envelopes(holder.delivered))]
-    # Older rows are digests; an envelope among them (a state the fold did not make) is
-    # counted whole, so the bound stays a bound.
+    older = holder.delivered[: kept_from(holder.delivered)]
+    # An envelope among the older rows (a state the fold did not make) is counted whole.
     return ids + sum(
         digest_bytes(row)
         if isinstance(row, DeliveredDigest)
@@ -537,18 +547,18 @@ def _history_of(holder: SessionState | Scratch) -> int:
     )
 
 
-def kept_envelopes(rows: list[DeliveredEnvelope | DeliveredDigest]) -> list[DeliveredEnvelope]:
-    """The newest delivered rows kept in full: the run of envelopes at the end (the fold
-    turns the oldest envelopes into digests, so every row before them is a digest)."""
+def kept_from(rows: list[DeliveredEnvelope | DeliveredDigest]) -> int:
+    """Where the newest delivered rows kept in full begin: the run of envelopes at the end
+    (the fold turns the oldest envelopes into digests, so every row before them is one)."""
     start = len(rows)
     while start and isinstance(rows[start - 1], DeliveredEnvelope):
         start -= 1
-    return cast(list[DeliveredEnvelope], rows[start:])
+    return start
 
 
-def kept_text_bytes(envelopes: list[DeliveredEnvelope]) -> int:
-    """Stored bytes of the texts of `envelopes`, each measured once per row."""
-    return sum(_TEXT_BYTES.many(envelopes))
+def kept_text_bytes(kept: list[DeliveredEnvelope | DeliveredDigest]) -> int:
+    """Stored bytes of the texts of the rows `kept_from` gives, each measured once per row."""
+    return sum(_TEXT_BYTES.many(cast(list[DeliveredEnvelope], kept)))
 
 
 #: The sets of each state's `seen_ids` and `fired_ids` (None: not built), by identity, while
