@@ -11,6 +11,7 @@ each command's deadline — only a wrong expected sequence is a conflict.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from services.adapters.append_errors import AppendFailure, append_failure
 from services.adapters.ids import new_uuid7
 from services.adapters.jetstream import JetStreamApiError
 from services.gateway.failover import Failover
+
+log = logging.getLogger("reminders.gateway")
 
 #: A batch is given at least this long for its PubAck, however late its commands are.
 MIN_COMMIT_TIMEOUT_S = 0.05
@@ -197,6 +200,15 @@ class GroupCommitter:
             # No answer or no stream: the same for every command of the group.
             for waiting in group:
                 _fail(waiting, _classify(exc))
+            return
+        except Exception as exc:
+            # Anything else (an error the client does not wrap, a fault in building the
+            # batch) must not end the loop, or every later command would wait behind a batch
+            # that never settles. What was sent is unknown: each command of the group hears
+            # so, and its caller reads the log to learn whether its events landed.
+            log.exception("group commit failed", extra={"commands": len(group)})
+            for waiting in group:
+                _fail(waiting, CommitUncertain(f"group commit failed: {type(exc).__name__}"))
             return
         profile = stages.PROFILE
         since = 0.0 if profile is None else profile.now()

@@ -1,12 +1,15 @@
 """Group commit never keeps a command past its deadline: one queued behind a batch in flight
 is withdrawn unsent, one in flight is told its outcome is unknown; a batch waits for its
-PubAck no longer than its latest command. Against a fake connection whose commits hang."""
+PubAck no longer than its latest command; a fault no handler expects leaves its own group
+uncertain and the next one committed. Against fake connections."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 
 from services.adapters.append import SessionAppend
@@ -97,3 +100,41 @@ async def test_a_caller_that_stops_waiting_is_never_sent(committer_on_hanging: A
         await first
     await asyncio.sleep(0.1)
     assert len(nc.requests) == 1, "the command whose caller left was sent after all"
+
+
+class FaultyOnceConnection:
+    """The first batch's commit fails with an error the client does not wrap; every later
+    one is stored, each PubAck naming the next stream sequence."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.stored = 0
+
+    async def publish(self, subject: str, data: bytes, **_: Any) -> None:
+        self.stored += 1
+
+    async def request(self, subject: str, data: bytes, timeout: float, **_: Any) -> Any:
+        self.commits += 1
+        if self.commits == 1:
+            raise RuntimeError("a fault no handler expects")
+        self.stored += 1
+        return SimpleNamespace(data=orjson.dumps({"stream": "s", "seq": self.stored}))
+
+
+async def test_an_unexpected_fault_leaves_its_group_uncertain_and_the_committer_working(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nc = FaultyOnceConnection()
+    committer = GroupCommitter(nc, timeout_s=5.0)  # type: ignore[arg-type]
+    committer.start()
+    try:
+        with pytest.raises(CommitUncertain, match="RuntimeError"):
+            await committer.commit(append("a"), 1.0)
+        # The loop outlived the fault: the next command is committed, not left queued
+        # behind a batch that never settles.
+        after = append("b")
+        seqs = await committer.commit(after, 1.0)
+    finally:
+        await committer.stop()
+    assert seqs == list(range(nc.stored - len(after.events) + 1, nc.stored + 1))
+    assert [record.getMessage() for record in caplog.records] == ["group commit failed"]
