@@ -140,15 +140,20 @@ UNLIMITED_ENV = {"REMINDERS_RATE_LIMIT": "1000000", "REMINDERS_MAX_IN_FLIGHT": "
 
 @contextmanager
 def running_services(
-    url: str, names: Sequence[str], extra_env: dict[str, str] | None = None
+    url: str,
+    names: Sequence[str],
+    extra_env: dict[str, str] | None = None,
+    argv: dict[str, list[str]] | None = None,
 ) -> Iterator[dict[str, ServiceProcess]]:
     """`reminders serve NAME` for each name, as `reminders up` spawns them, ready; stopped on
-    exit, with `UNLIMITED_ENV`."""
+    exit, with `UNLIMITED_ENV` (`argv`: by name, a benchmark's wrapper that serves it)."""
     settings = Settings(nats_url=url)
     env = {**UNLIMITED_ENV, **(extra_env or {})}
+    wrappers = argv or {}
     with tempfile.TemporaryDirectory() as logs:
         services = [
-            spawn_service(name, settings, Path(logs) / f"{name}.log", env) for name in names
+            spawn_service(name, settings, Path(logs) / f"{name}.log", env, argv=wrappers.get(name))
+            for name in names
         ]
         try:
             wait_ready(services, timeout_s=60)

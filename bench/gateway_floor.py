@@ -1,6 +1,7 @@
 """What the core's part of a command leaves of the null gateway's rate, in one run.
 
     python -m bench.gateway_floor [--sessions 64] [--per-session 50] [--rounds 2]
+                                  [--modes null,gateway,...] [--gateway-runtime] [--stages]
 
 Issue #19 asks one gateway for 0.5x of the null gateway (`bench.null_gateway`: one publish with
 the expectation, its ack, a reply) at 64 sessions, or, where that is missed, for a measurement of
@@ -14,28 +15,41 @@ rounds:
 - `null_core`: the same process doing the core's part of each command as well
   (`null_gateway --core`: the request validated, decided by the core against the session's
   state in memory, the events folded) and nothing else a gateway does;
-- `gateway`: `reminders serve gateway`.
+- `gateway`: `reminders serve gateway`;
+- `gateway_lean`: the same gateway with the core's `decide` replaced by the lean path
+  (`bench.lean_gateway`): every other part of the gateway as it serves.
 
 Each with its commands/s and its process's CPU per command (from `/proc`, in the kernel's
 10 ms ticks). `null_core` against `null` is what the core alone costs a process that does
 the messages no gateway can avoid; `null_lean` against `null` is what the same output costs
-made without the core's models and rules, the best a rewrite of the core could keep. With
+made without the core's models and rules, the best a rewrite of the core could keep; and
+`gateway_lean` is what the whole gateway would keep with such a core, measured. With
 `--gateway-runtime`, `null_lean` and `null_core` run on the gateway's event loop and collector
-threshold, so the gateway less `null_core` is what the gateway's own parts cost. Results go
-to bench/results/gateway_floor.json.
+threshold, so the gateway less `null_core` is what the gateway's own parts cost. With
+`--stages`, each gateway mode's pass is followed by a profiled one, for its CPU per command by
+stage (as `write_gateway` reports the gateway's). Results go to bench/results/gateway_floor.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.common import CpuMeter, embedded_server, emit, provision_server, running_services
-from bench.write_path import drive_injects, null_gateway, warm_up
+from bench.stages import GATEWAY_STAGES, snapshot, stage_profile
+from bench.write_path import drive_injects, null_gateway, profile_mark, warm_up
+from services.adapters.stages import PROFILE_ENV
 
-MODES = ("null", "null_lean", "null_core", "gateway")
+MODES = ("null", "null_lean", "null_core", "gateway", "gateway_lean")
+#: The wrapper that serves the gateway of each mode that runs one (None: `reminders serve`).
+_GATEWAY_ARGV = {
+    "gateway": None,
+    "gateway_lean": [sys.executable, "-m", "bench.lean_gateway"],
+}
 #: The null gateway's flags of each mode that runs it.
 _NULL_FLAGS = {"null": [], "null_lean": ["--lean"], "null_core": ["--core"]}
 
@@ -53,15 +67,46 @@ def _measure(
     return {"mode": mode, "commands_per_s": per_s, "cpu_us_per_command": round(cpu_ms * 1000, 1)}
 
 
+def _stages(
+    url: str, argv: dict[str, list[str]] | None, tag: str, sessions: int, per_session: int
+) -> dict[str, float]:
+    """The same load through a second gateway of the same kind with its stage profile on
+    (`--stages`): µs of CPU per command by stage, as `write_gateway` reports them. Apart
+    from the measured pass, as the profile's brackets cost CPU of their own."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "gateway-stages.json"
+        with running_services(url, ["gateway"], {PROFILE_ENV: str(path)}, argv=argv):
+            asyncio.run(warm_up(url, f"warm-{tag}"))
+            asyncio.run(profile_mark(url))
+            before = snapshot(path)
+            asyncio.run(drive_injects(url, tag, sessions, per_session))
+            asyncio.run(profile_mark(url))
+            return stage_profile(path, "commands", GATEWAY_STAGES, before)
+
+
 def one_pass(
-    url: str, mode: str, tag: str, sessions: int, per_session: int, gateway_runtime: bool = False
+    url: str,
+    mode: str,
+    tag: str,
+    sessions: int,
+    per_session: int,
+    gateway_runtime: bool = False,
+    stages: bool = False,
 ) -> dict[str, Any]:
     """One mode under the load, on sessions of its own (`tag`); with `gateway_runtime`, the
-    `null_lean` and `null_core` processes run as the gateway's does (`--gateway-runtime`)."""
-    if mode == "gateway":
-        with running_services(url, ["gateway"]) as services:
+    `null_lean` and `null_core` processes run as the gateway's does (`--gateway-runtime`);
+    with `stages`, a gateway mode's stage profile from a second, profiled pass."""
+    if mode in _GATEWAY_ARGV:
+        wrapper = _GATEWAY_ARGV[mode]
+        argv = None if wrapper is None else {"gateway": wrapper}
+        with running_services(url, ["gateway"], argv=argv) as services:
             pid = services["gateway"].process.pid
-            return _measure(url, mode, pid, tag, sessions, per_session)
+            result = _measure(url, mode, pid, tag, sessions, per_session)
+        if stages:
+            result["stages_us_per_command"] = _stages(
+                url, argv, f"{tag}-stages", sessions, per_session
+            )
+        return result
     flags = _NULL_FLAGS[mode] + (
         ["--gateway-runtime"] if gateway_runtime and mode != "null" else []
     )
@@ -70,23 +115,30 @@ def one_pass(
 
 
 def run(
-    sessions: int, per_session: int, rounds: int, gateway_runtime: bool = False
+    sessions: int,
+    per_session: int,
+    rounds: int,
+    gateway_runtime: bool = False,
+    modes: tuple[str, ...] = MODES,
+    stages: bool = False,
 ) -> dict[str, Any]:
-    """`rounds` rounds of every mode on one fresh server, then each mode's best rate."""
+    """`rounds` rounds of each of `modes` on one fresh server, then each mode's best rate."""
     passes: list[dict[str, Any]] = []
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
         for number in range(rounds):
-            for mode in MODES:
+            for mode in modes:
                 tag = f"{mode}-{number}"
-                result = one_pass(server.url, mode, tag, sessions, per_session, gateway_runtime)
+                result = one_pass(
+                    server.url, mode, tag, sessions, per_session, gateway_runtime, stages
+                )
                 passes.append(result)
                 print(
                     f"{mode}: {result['commands_per_s']:,.0f} commands/s, "
                     f"{result['cpu_us_per_command']} µs CPU per command",
                     flush=True,
                 )
-    best = {mode: max(p["commands_per_s"] for p in passes if p["mode"] == mode) for mode in MODES}
+    best = {mode: max(p["commands_per_s"] for p in passes if p["mode"] == mode) for mode in modes}
     return {
         "sessions": sessions,
         "commands": sessions * per_session,
@@ -110,9 +162,24 @@ def main() -> None:
         action="store_true",
         help="run null_lean and null_core on the gateway's event loop and collector threshold",
     )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"which modes to run, comma-separated ('null' among them): {', '.join(MODES)}",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="after each gateway mode's pass, a profiled one: its CPU per command by stage",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
-    result = run(args.sessions, args.per_session, args.rounds, args.gateway_runtime)
+    modes = tuple(args.modes.split(","))
+    if "null" not in modes or not set(modes) <= set(MODES):
+        parser.error(f"--modes: 'null' and any of {', '.join(MODES)}")
+    result = run(
+        args.sessions, args.per_session, args.rounds, args.gateway_runtime, modes, args.stages
+    )
     emit("gateway_floor", result, args.output)
 
 

@@ -17,11 +17,12 @@ a core rewritten without models could keep at best in this language.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contracts import commands as cmd
 from contracts import events as ev
+from contracts.state import SessionState
 from core.canonical import derived_uuid7, linked
 from core.config import CommandContext
 
@@ -38,6 +39,41 @@ class LeanSession:
     live_by_key: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LeanEvent:
+    """What the gateway's append reads of an event besides its bytes: the subject's parts
+    and the message id."""
+
+    kind: str
+    session_id: str
+    event_id: str
+
+
+@dataclass(frozen=True)
+class LeanDecision:
+    """A lean inject's decision, in the shape the gateway reads of `core.Decision`: the
+    events (kind and session), their wire bytes and the reply. `state_after` keeps the lean
+    session and hands the gateway back the state it decided on unchanged, so the gateway's
+    cache holds the empty state a new session loads as."""
+
+    events: tuple[LeanEvent, ...]
+    reply: dict[str, Any]
+    encoded: tuple[bytes, ...]
+    sessions: LeanSessions
+    session: LeanSession
+    #: The core's field for a repeated request's reply held only by the log: never here.
+    reply_in_log: None = None
+
+    def keep(self) -> None:
+        """The session's lean state after this decision, kept for the next command."""
+        self.sessions.sessions[self.events[-1].session_id] = self.session
+
+    def state_after(self, state: SessionState, stream_seq: int) -> SessionState:
+        """Keep the lean session (the events are stored) and return `state` as it was."""
+        self.keep()
+        return state
+
+
 @dataclass
 class LeanSessions:
     """Every session's lean state, in memory."""
@@ -45,12 +81,22 @@ class LeanSessions:
     sessions: dict[str, LeanSession] = field(default_factory=dict)
 
     def decide(self, op: str, raw: object, context: CommandContext) -> tuple[str, list[bytes]]:
-        """One inject decided: the kind of its last event and every event's wire bytes."""
+        """One inject decided and kept: the kind of its last event and every event's wire
+        bytes."""
         command, _ = cmd.parse_command(op, raw)
+        decision = self.decide_command(command, context)
+        decision.keep()
+        return decision.events[-1].kind, list(decision.encoded)
+
+    def decide_command(self, command: cmd.Command, context: CommandContext) -> LeanDecision:
+        """One validated inject decided on a copy of its session's lean state, which the
+        decision keeps only when told (`LeanDecision.keep`), as the core's state is kept
+        only after its events are stored."""
         if not isinstance(command, cmd.Inject) or command.mode is not None:
             raise ValueError("the lean path decides only an inject straight into pending")
         spec = command.reminder
-        session = self.sessions.setdefault(command.session_id, LeanSession())
+        kept = self.sessions.get(command.session_id) or LeanSession()
+        session = replace(kept, live_by_key=dict(kept.live_by_key))
         reminder_id = spec.id or context.new_reminder_id
         reminder = {
             "authority": spec.authority,
@@ -79,13 +125,22 @@ class LeanSessions:
         }
         # The reply rides on the last event only.
         replies = [None] * (len(payloads) - 1) + [reply]
-        encoded = [
+        linked_events = [
             self._linked(session, command, context, kind, payload, answer)
             for (kind, payload), answer in zip(payloads, replies, strict=True)
         ]
         if spec.dedupe_key is not None:
             session.live_by_key[spec.dedupe_key] = reminder_id
-        return payloads[-1][0], encoded
+        return LeanDecision(
+            events=tuple(
+                LeanEvent(kind, command.session_id, event_id)
+                for (kind, _), (event_id, _) in zip(payloads, linked_events, strict=True)
+            ),
+            reply=reply,
+            encoded=tuple(data for _, data in linked_events),
+            sessions=self,
+            session=session,
+        )
 
     @staticmethod
     def _linked(
@@ -95,16 +150,18 @@ class LeanSessions:
         kind: str,
         payload: dict[str, Any],
         reply: dict[str, Any] | None,
-    ) -> bytes:
-        """One event's wire bytes, linked after the session's chain head, which moves on."""
+    ) -> tuple[str, bytes]:
+        """One event's id and wire bytes, linked after the session's chain head, which moves
+        on."""
         session.session_seq += 1
         seq = session.session_seq
+        event_id = derived_uuid7(
+            context.occurred_at, context.command_id, command.session_id, str(seq)
+        )
         body = {
             "agent_id": command.agent_id or command.session_id,
             "command_id": context.command_id,
-            "event_id": derived_uuid7(
-                context.occurred_at, context.command_id, command.session_id, str(seq)
-            ),
+            "event_id": event_id,
             "kind": kind,
             "occurred_at": context.occurred_at,
             "payload": payload,
@@ -117,7 +174,7 @@ class LeanSessions:
             "turn": session.turn,
         }
         _, session.chain_head, data = linked(session.chain_head, body, float_free=True)
-        return data
+        return event_id, data
 
 
 def _deduped(reminder_id: str, replaced: str, dedupe_key: str | None) -> dict[str, Any]:

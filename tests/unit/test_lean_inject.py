@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.lean_gateway import lean_decide
 from bench.lean_inject import LeanSessions
 from contracts import commands as cmd
 from contracts.errors import ReminderError
@@ -60,6 +61,32 @@ def test_the_lean_path_writes_the_cores_bytes(script: list[tuple[str, Any, bool,
         kind, encoded = lean.decide("inject", raw, context)
         assert encoded == list(decision.encoded)
         assert kind == decision.events[-1].kind
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["s-1", "s-2"]), _REMINDER), min_size=1, max_size=8))
+def test_the_gateways_stand_in_decides_as_the_core_and_keeps_only_what_was_stored(
+    script: list[tuple[str, Any]],
+) -> None:
+    states: dict[str, SessionState] = {}
+    lean = LeanSessions()
+    stand_in = lean_decide(lean)
+    for number, (session_id, reminder) in enumerate(script):
+        context = fresh_context()
+        command, _ = cmd.parse_command("inject", {"session_id": session_id, "reminder": reminder})
+        state = states.get(session_id) or SessionState()
+        decision = decide(state, command, context)
+        states[session_id] = decision.state_after(state, number + 1)
+        # A decision whose events were not stored changes nothing the next one sees.
+        stand_in(SessionState(), command, fresh_context())
+        kept = stand_in(SessionState(), command, context)
+        assert kept.encoded == decision.encoded
+        assert kept.reply == decision.reply
+        assert [(e.kind, e.session_id, e.event_id) for e in kept.events] == [
+            (e.kind, e.session_id, e.event_id) for e in decision.events
+        ]
+        unchanged = SessionState()
+        assert kept.state_after(unchanged, number + 1) is unchanged
 
 
 def test_what_the_lean_path_does_not_know_is_refused() -> None:
