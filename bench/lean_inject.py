@@ -1,8 +1,9 @@
 """The least work an inject with a dedupe key needs in Python, without the core's models.
 
 `bench.null_gateway --lean` decides each command with `LeanSessions.decide` instead of the
-core: the request validated exactly as the gateway validates it (`parse_command`, pydantic),
-then the same events the core writes (`deduped` when the key replaces a live reminder, then
+core (and `bench.lean_gateway`, the gateway itself, with `LeanSessions.decide_command`): the
+request validated exactly as the gateway validates it (`parse_command`, pydantic), then the
+same events the core writes (`deduped` when the key replaces a live reminder, then
 `injected` with the reply), built as plain dicts, each id derived and each link chained by the
 core's own functions (`derived_uuid7`, `linked`), and a state of a few fields per session: its
 `session_seq`, chain head and live reminder per dedupe key. No pydantic model is built or
@@ -17,7 +18,7 @@ a core rewritten without models could keep at best in this language.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from contracts import commands as cmd
@@ -52,7 +53,7 @@ class LeanEvent:
 @dataclass(frozen=True)
 class LeanDecision:
     """A lean inject's decision, in the shape the gateway reads of `core.Decision`: the
-    events (kind and session), their wire bytes and the reply. `state_after` keeps the lean
+    events (kind, session and id), their wire bytes and the reply. `state_after` keeps the lean
     session and hands the gateway back the state it decided on unchanged, so the gateway's
     cache holds the empty state a new session loads as."""
 
@@ -96,7 +97,8 @@ class LeanSessions:
             raise ValueError("the lean path decides only an inject straight into pending")
         spec = command.reminder
         kept = self.sessions.get(command.session_id) or LeanSession()
-        session = replace(kept, live_by_key=dict(kept.live_by_key))
+        # A copy made field by field, which costs less than `dataclasses.replace`.
+        session = LeanSession(kept.session_seq, kept.chain_head, kept.turn, dict(kept.live_by_key))
         reminder_id = spec.id or context.new_reminder_id
         reminder = {
             "authority": spec.authority,
