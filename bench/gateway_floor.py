@@ -35,14 +35,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.common import CpuMeter, embedded_server, emit, provision_server, running_services
-from bench.stages import GATEWAY_STAGES, snapshot, stage_profile
-from bench.write_path import drive_injects, null_gateway, profile_mark, warm_up
-from services.adapters.stages import PROFILE_ENV
+from bench.write_path import drive_injects, null_gateway, profiled_gateway, warm_up
 
 MODES = ("null", "null_lean", "null_core", "gateway", "gateway_lean")
 #: The wrapper that serves the gateway of each mode that runs one (None: `reminders serve`).
@@ -67,23 +64,6 @@ def _measure(
     return {"mode": mode, "commands_per_s": per_s, "cpu_us_per_command": round(cpu_ms * 1000, 1)}
 
 
-def _stages(
-    url: str, argv: dict[str, list[str]] | None, tag: str, sessions: int, per_session: int
-) -> dict[str, float]:
-    """The same load through a second gateway of the same kind with its stage profile on
-    (`--stages`): µs of CPU per command by stage, as `write_gateway` reports them. Apart
-    from the measured pass, as the profile's brackets cost CPU of their own."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "gateway-stages.json"
-        with running_services(url, ["gateway"], {PROFILE_ENV: str(path)}, argv=argv):
-            asyncio.run(warm_up(url, f"warm-{tag}"))
-            asyncio.run(profile_mark(url))
-            before = snapshot(path)
-            asyncio.run(drive_injects(url, tag, sessions, per_session))
-            asyncio.run(profile_mark(url))
-            return stage_profile(path, "commands", GATEWAY_STAGES, before)
-
-
 def one_pass(
     url: str,
     mode: str,
@@ -103,8 +83,13 @@ def one_pass(
             pid = services["gateway"].process.pid
             result = _measure(url, mode, pid, tag, sessions, per_session)
         if stages:
-            result["stages_us_per_command"] = _stages(
-                url, argv, f"{tag}-stages", sessions, per_session
+            # Sessions of their own: the measured pass's are in this server already.
+            profiled = f"{tag}-stages"
+            result["stages_us_per_command"] = profiled_gateway(
+                url,
+                lambda: drive_injects(url, profiled, sessions, per_session),
+                f"warm-{profiled}",
+                wrapper,
             )
         return result
     flags = _NULL_FLAGS[mode] + (

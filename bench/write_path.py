@@ -24,7 +24,7 @@ import asyncio
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,13 +169,34 @@ async def profile_mark(url: str) -> None:
     await drive_injects(url, "mark", 1, 1)
 
 
+def profiled_gateway(
+    url: str,
+    load: Callable[[], Coroutine[Any, Any, Any]],
+    warm_prefix: str = "warm",
+    argv: list[str] | None = None,
+) -> dict[str, float]:
+    """µs of CPU per command by stage over `load`, through a gateway started for it with its
+    stage profile on (`argv`: a wrapper that serves the gateway), after a warm-up: a pass of
+    its own, apart from the measured one, as the profile's brackets cost CPU as well."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "gateway-stages.json"
+        wrappers = None if argv is None else {"gateway": argv}
+        with running_services(url, ["gateway"], {PROFILE_ENV: str(path)}, argv=wrappers):
+            asyncio.run(warm_up(url, warm_prefix))
+            asyncio.run(profile_mark(url))
+            before = snapshot(path)
+            asyncio.run(load())
+            asyncio.run(profile_mark(url))
+            return stage_profile(path, "commands", GATEWAY_STAGES, before)
+
+
 def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
     """Commands/s through a gateway process alone, the null gateway (`bench.null_gateway`)
     with the same load, and the OCC plain-publish baseline; each process's CPU µs per
     command. Then the same load through a second gateway process with the stage profile on,
     for its CPU by stage between two marks around that phase (the profile's own cost stays
     out of the first figures)."""
-    with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
+    with embedded_server() as server:
         asyncio.run(provision_server(server.url))
         baseline = asyncio.run(occ_plain_publish(server.url, sessions, per_session))
         with null_gateway(server.url) as process:
@@ -192,14 +213,9 @@ def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, 
                 drive_injects(server.url, "gw", sessions, per_session, in_flight)
             )
             gateway_cpu = meter.ms_per(sessions * per_session)["gateway"]
-        profile_path = Path(logs) / "gateway-stages.json"
-        with running_services(server.url, ["gateway"], {PROFILE_ENV: str(profile_path)}):
-            asyncio.run(warm_up(server.url))
-            asyncio.run(profile_mark(server.url))
-            before = snapshot(profile_path)
-            asyncio.run(drive_injects(server.url, "gwp", sessions, per_session, in_flight))
-            asyncio.run(profile_mark(server.url))
-            gateway_stages = stage_profile(profile_path, "commands", GATEWAY_STAGES, before)
+        gateway_stages = profiled_gateway(
+            server.url, lambda: drive_injects(server.url, "gwp", sessions, per_session, in_flight)
+        )
     return {
         "sessions": sessions,
         "commands": sessions * per_session,
@@ -287,7 +303,7 @@ def sequential_latency(count: int) -> dict[str, Any]:
     """Inject latency of one session, one command at a time, beside raw atomic batches; and
     its parts: the request and reply hops alone, the gateway's CPU per command (by stage in a
     second, profiled pass, so the profile's own cost stays out of the latency)."""
-    with embedded_server() as server, tempfile.TemporaryDirectory() as logs:
+    with embedded_server() as server:
         asyncio.run(provision_server(server.url))
         baseline = asyncio.run(raw_sequential(server.url, count))
         with null_gateway(server.url, "--echo"):
@@ -297,14 +313,9 @@ def sequential_latency(count: int) -> dict[str, Any]:
             meter = CpuMeter({"gateway": services["gateway"].process.pid})
             measured, failed = asyncio.run(gateway_sequential(server.url, count))
             gateway_cpu = meter.ms_per(count)["gateway"]
-        profile_path = Path(logs) / "gateway-stages.json"
-        with running_services(server.url, ["gateway"], {PROFILE_ENV: str(profile_path)}):
-            asyncio.run(warm_up(server.url))
-            asyncio.run(profile_mark(server.url))
-            before = snapshot(profile_path)
-            asyncio.run(gateway_sequential(server.url, count, "seq-profiled"))
-            asyncio.run(profile_mark(server.url))
-            gateway_stages = stage_profile(profile_path, "commands", GATEWAY_STAGES, before)
+        gateway_stages = profiled_gateway(
+            server.url, lambda: gateway_sequential(server.url, count, "seq-profiled")
+        )
     return {
         "commands": count,
         "inject_p50_ms": percentile(measured, 0.5),
