@@ -19,14 +19,7 @@ from contracts.trusted import trusted
 from core import rules
 from core.canonical import derived_uuid7, linked
 from core.config import CommandContext, CoreConfig
-from core.fold import (
-    Scratch,
-    apply_body,
-    apply_link,
-    fold_all,
-    kept_from,
-    kept_text_bytes,
-)
+from core.fold import Scratch, apply_body, apply_link, fold_all
 from core.size import fits, json_bytes, replies_always_fit, state_upper_bound
 
 #: `,"chain":"<64 hex>"` added to an event body after it is measured.
@@ -128,13 +121,13 @@ class Batch:
         directive ids are counted row by row: an id injected again after it expired is
         listed by each envelope that delivered it, yet seen once."""
         scratch = self.scratch
-        kept = scratch.delivered[kept_from(scratch.delivered) :]
+        kept = scratch.kept_run()
         bound = state_upper_bound(
             live_bytes=rules.session_bytes(scratch.pending, scratch.queued),
             rows=len(scratch.pending) + len(scratch.queued),
-            delivered_text=kept_text_bytes(kept),
-            delivered_rows=len(kept),
-            delivered_ids=sum(len(row.directive_ids) for row in kept),
+            delivered_text=kept.text_bytes,
+            delivered_rows=len(scratch.delivered) - kept.start,
+            delivered_ids=kept.directive_ids,
             replies=len(scratch.recent_replies),
             history_bytes=scratch.history_bytes(),
             inherited=len(scratch.inherited_from),

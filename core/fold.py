@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, cast, get_origin
+from typing import Any, get_origin
 
 from contracts import events as ev
 from contracts.events import AckOutcome
@@ -30,6 +30,7 @@ from contracts.state import (
 )
 from contracts.trusted import trusted
 from core.canonical import sha256_hex
+from core.kept import TEXT_BYTES, KeptRun, history_of
 from core.rules import remembered_reply, ttl_pass_due
 from core.size import KeptOnce, MeasuredOnce, digest_bytes, json_bytes, stored_bytes
 
@@ -103,6 +104,9 @@ class Scratch:
     # measured: these lists only grow, so each id added is counted as it comes, and the
     # count is handed to the state released.
     _history: int | None = field(default=None, repr=False)
+    # The run of envelopes kept in full at the end of `delivered`, summed (`kept_run`), when
+    # the state thawed had it: kept up to date as envelopes come and become digests.
+    _kept: KeptRun | None = field(default=None, repr=False)
 
     @classmethod
     def thaw(cls, state: SessionState) -> Scratch:
@@ -112,6 +116,7 @@ class Scratch:
         if index is not None:
             scratch._replies = dict(index)
         scratch._history = _HISTORY_BYTES.known(state)
+        scratch._kept = _KEPT_RUNS.known(state)
         scratch._seen, scratch._fired = _ID_SETS.take(state) or (None, None)
         return scratch
 
@@ -128,6 +133,8 @@ class Scratch:
             _REPLY_INDEX.put(state, self._replies)
         if self._history is not None:
             _HISTORY_BYTES.put(state, self._history)
+        if self._kept is not None:
+            _KEPT_RUNS.put(state, self._kept)
         self._hand_sets_to(state)
         return state
 
@@ -155,8 +162,21 @@ class Scratch:
         quotes and a comma), and the delivered rows before the newest full envelopes (the
         digests of older ones). Measured in full once per session, then kept as they grow."""
         if self._history is None:
-            self._history = _history_of(self)
+            self._history = history_of(self)
         return self._history
+
+    def kept_run(self) -> KeptRun:
+        """The run of envelopes kept in full at the end of `delivered`, summed: measured
+        once per session, then kept up to date as envelopes come and become digests."""
+        if self._kept is None:
+            self._kept = KeptRun.of(self.delivered)
+        return self._kept
+
+    def deliver(self, row: DeliveredEnvelope) -> None:
+        """Add a delivered envelope at the end of `delivered`, where the kept run ends."""
+        self.delivered.append(row)
+        if self._kept is not None:
+            self._kept = self._kept.appended(row)
 
     def _count_history(self, ids: list[str], size_before: int) -> None:
         """Count the id `ids` may have gained (it had `size_before` items)."""
@@ -224,11 +244,15 @@ class Scratch:
         )
         self.delivered[index] = digest
         self._add_history(digest_bytes(digest))
+        if self._kept is not None:
+            # The fold digests the run's first row; any other leaves it measured again.
+            self._kept = self._kept.without_first(old) if index == self._kept.start else None
 
     def clear_delivered(self) -> None:
         """Drop every delivered row; the history (their digests) is measured again."""
         self.delivered = []
         self._history = None
+        self._kept = None
 
     def revoke(self, reminder_id: str) -> None:
         """Remember an id as revoked, once."""
@@ -302,7 +326,7 @@ def _fired(s: Scratch, p: ev.Fired, _: ev.Event) -> None:
 
 
 def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
-    s.delivered.append(
+    s.deliver(
         DeliveredEnvelope(
             turn_number=p.turn_number,
             speaker=p.speaker,
@@ -315,12 +339,12 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
     # The newest envelopes are kept in full within FULL_ENVELOPE_TEXT_BYTES of stored text
     # (the newest always) and at most FULL_ENVELOPES_KEPT of them (§6.2, §4.1.1); older
     # rows are digests already (this rule made them so): only the run at the end is read.
-    full = range(kept_from(s.delivered), len(s.delivered))
+    full = range(s.kept_run().start, len(s.delivered))
     kept, text_bytes = 0, 0
     for index in reversed(full):
         row = s.delivered[index]
         assert isinstance(row, DeliveredEnvelope)
-        text_bytes += _TEXT_BYTES(row)
+        text_bytes += TEXT_BYTES(row)
         if kept and (kept >= FULL_ENVELOPES_KEPT or text_bytes > FULL_ENVELOPE_TEXT_BYTES):
             break
         kept += 1
@@ -488,10 +512,6 @@ def apply_link(scratch: Scratch, event: ev.Event, stream_seq: int | None = None)
 _ROW_BYTES: MeasuredOnce[RecentReply] = MeasuredOnce(
     lambda row: json_bytes({"request_id": row.request_id, "reply": row.reply})
 )
-#: Stored size of each delivered envelope's text, by row, held only while the row lives: every
-#: `delivered` re-measures the kept envelopes, and a table keyed by the texts themselves
-#: would keep them alive after every state let them go.
-_TEXT_BYTES: MeasuredOnce[DeliveredEnvelope] = MeasuredOnce(lambda row: stored_bytes(row.text))
 
 
 def _evict_replies(rows: list[RecentReply]) -> list[RecentReply]:
@@ -528,39 +548,6 @@ def _index_replies(state: SessionState) -> dict[str, RecentReply]:
 _REPLY_INDEX: KeptOnce[SessionState, dict[str, RecentReply]] = KeptOnce(_index_replies)
 
 
-def history_bytes(*lists: list[str]) -> int:
-    """Stored bytes of the ids in `lists`, each with its quotes and a comma."""
-    return sum(stored_bytes(item) + 3 for ids in lists for item in ids)
-
-
-def _history_of(holder: SessionState | Scratch) -> int:
-    """`Scratch.history_bytes` of a state (or a scratch) measured in full."""
-    ids = history_bytes(holder.seen_ids, holder.revoked_ids, holder.fired_ids)
-    ids += history_bytes(list(holder.acknowledged))
-    older = holder.delivered[: kept_from(holder.delivered)]
-    # An envelope among the older rows (a state the fold did not make) is counted whole.
-    return ids + sum(
-        digest_bytes(row)
-        if isinstance(row, DeliveredDigest)
-        else json_bytes(row.model_dump(mode="json")) + 1
-        for row in older
-    )
-
-
-def kept_from(rows: list[DeliveredEnvelope | DeliveredDigest]) -> int:
-    """Where the newest delivered rows kept in full begin: the run of envelopes at the end
-    (the fold turns the oldest envelopes into digests, so every row before them is one)."""
-    start = len(rows)
-    while start and isinstance(rows[start - 1], DeliveredEnvelope):
-        start -= 1
-    return start
-
-
-def kept_text_bytes(kept: list[DeliveredEnvelope | DeliveredDigest]) -> int:
-    """Stored bytes of the texts of the rows `kept_from` gives, each measured once per row."""
-    return sum(_TEXT_BYTES.many(cast(list[DeliveredEnvelope], kept)))
-
-
 #: The sets of each state's `seen_ids` and `fired_ids` (None: not built), by identity, while
 #: the state lives: handed from a state to the scratch thawed from it, which adds to them,
 #: and on to the state it releases, so a session that lived long does not hash its whole
@@ -573,7 +560,11 @@ _ID_SETS: KeptOnce[SessionState, tuple[set[str] | None, set[str] | None]] = Kept
 #: Each state's `Scratch.history_bytes`, by identity, held while the state lives: carried
 #: by the fold to the states that follow, so a session that lived long is not measured
 #: again on every command (the lists hold thousands of ids).
-_HISTORY_BYTES: KeptOnce[SessionState, int] = KeptOnce(_history_of)
+_HISTORY_BYTES: KeptOnce[SessionState, int] = KeptOnce(history_of)
+
+#: Each state's `Scratch.kept_run`, by identity, held while the state lives: carried by the
+#: fold to the states that follow, so a command does not sum the kept envelopes again.
+_KEPT_RUNS: KeptOnce[SessionState, KeptRun] = KeptOnce(lambda state: KeptRun.of(state.delivered))
 
 
 def remembered_row(state: SessionState, request_id: str) -> RecentReply | None:

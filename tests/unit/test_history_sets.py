@@ -10,7 +10,8 @@ import pytest
 
 from contracts.state import SessionState
 from core import CoreConfig, Decision, fold_all, handle
-from core.fold import _HISTORY_BYTES, _ID_SETS, Scratch, history_bytes
+from core.fold import _HISTORY_BYTES, _ID_SETS, Scratch
+from core.kept import history_bytes
 from tests.support import context_for
 
 

@@ -41,6 +41,7 @@ from services.gateway.session_cache import (
 )
 
 fold_module = importlib.import_module("core.fold")
+kept_module = importlib.import_module("core.kept")
 
 
 def _rows(count: int, prefix: str = "r") -> list[RecentReply]:
@@ -187,7 +188,7 @@ def test_long_texts_are_measured_without_a_table_that_keeps_them() -> None:
 
 
 def test_delivered_texts_and_specs_are_measured_once_per_live_object() -> None:
-    text_memo = fold_module._TEXT_BYTES
+    text_memo = kept_module.TEXT_BYTES
     row = DeliveredEnvelope(
         turn_number=1,
         speaker="harness",

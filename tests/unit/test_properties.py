@@ -45,7 +45,8 @@ from core import (
     handle,
     sha256_hex,
 )
-from core.fold import Scratch, history_bytes, remembered_row
+from core.fold import Scratch, remembered_row
+from core.kept import KeptRun, history_bytes
 from tests.support import Driver, context_for
 
 SESSION = "s1"
@@ -390,6 +391,7 @@ def test_the_state_a_decision_folded_is_the_fold_of_its_events(
         for state in (folded, expected):
             measured = history_bytes(state.seen_ids, state.revoked_ids, state.fired_ids)
             assert Scratch.thaw(state).history_bytes() == measured
+            assert Scratch.thaw(state).kept_run() == KeptRun.of(state.delivered)
 
 
 @SEQUENCE_SETTINGS

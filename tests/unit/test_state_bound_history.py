@@ -15,7 +15,8 @@ from contracts import commands as cmd
 from contracts.spec import MAX_WIRE_INT
 from contracts.state import DeliveredDigest, DeliveredEnvelope, SessionState
 from core import decide
-from core.fold import _HISTORY_BYTES, _history_of
+from core.fold import _HISTORY_BYTES, _KEPT_RUNS, Scratch
+from core.kept import KeptRun, history_of
 from core.size import digest_bytes, json_bytes, state_upper_bound
 from tests.support import context_for
 from tests.unit.test_mutants_batch import assert_too_large, inject_into, long_id
@@ -114,7 +115,7 @@ def run(state: SessionState, op: str, n: int, **fields: Any) -> SessionState:
     return decision.state_after(state, n) if decision.events else state
 
 
-def test_the_carried_history_is_the_history_measured_again() -> None:
+def test_the_carried_history_and_kept_run_are_those_measured_again() -> None:
     state, n = SessionState(), 0
     for turn in range(150):
         n += 1
@@ -130,9 +131,36 @@ def test_the_carried_history_is_the_history_measured_again() -> None:
             n += 1
             state = run(state, "compact", n, turn=turn)
         carried = _HISTORY_BYTES.known(state)
-        assert carried is None or carried == _history_of(state)
+        assert carried is None or carried == history_of(state)
+        kept = _KEPT_RUNS.known(state)
+        assert kept is None or kept == KeptRun.of(state.delivered)
     assert any(isinstance(row, DeliveredDigest) for row in state.delivered)
-    assert _HISTORY_BYTES.known(state) == _history_of(state)
+    assert _HISTORY_BYTES.known(state) == history_of(state)
+    # Past FULL_ENVELOPES_KEPT turns: the run lost its oldest rows to digests as it went.
+    assert _KEPT_RUNS.known(state) == KeptRun.of(state.delivered)
+    assert KeptRun.of(state.delivered).start > 0
+
+
+def test_the_kept_run_follows_envelopes_that_come_and_digests_anywhere_in_it() -> None:
+    state = SessionState(
+        session_id="s1",
+        delivered=[digest(1, ["a"]), envelope(2, "two"), envelope(3, "three!")],
+    )
+    scratch = Scratch.thaw(state)
+    assert scratch.kept_run() == KeptRun(start=1, text_bytes=len("twothree!"), directive_ids=2)
+    scratch.deliver(envelope(4, "four"))
+    assert scratch.kept_run() == KeptRun.of(scratch.delivered) == KeptRun(1, 13, 3)
+    scratch.digest_delivered(2)  # not the run's first row: the run is the rows after it
+    assert scratch.kept_run() == KeptRun.of(scratch.delivered) == KeptRun(3, 4, 1)
+    scratch.digest_delivered(3)  # the run's only row
+    assert scratch.kept_run() == KeptRun.of(scratch.delivered) == KeptRun(4, 0, 0)
+    scratch.deliver(envelope(5, "five"))  # after a digest: a run of one
+    assert scratch.kept_run() == KeptRun.of(scratch.delivered) == KeptRun(4, 4, 1)
+    released = scratch.release()
+    assert _KEPT_RUNS.known(released) == KeptRun(4, 4, 1)  # carried to the next command
+    again = Scratch.thaw(released)
+    again.clear_delivered()
+    assert again.kept_run() == KeptRun(0, 0, 0)
 
 
 def test_a_digests_bytes_are_its_stored_size_at_the_largest_turn_with_its_comma() -> None:
@@ -147,7 +175,7 @@ def test_an_envelope_before_a_digest_counts_its_whole_stored_size_in_the_history
     early = envelope(0, "x" * 50)
     older = digest(1, [short_id(1)])
     state = SessionState(session_id="s1", delivered=[early, older, envelope(2, "y")])
-    assert _history_of(state) == json_bytes(early.model_dump(mode="json")) + 1 + digest_bytes(older)
+    assert history_of(state) == json_bytes(early.model_dump(mode="json")) + 1 + digest_bytes(older)
 
 
 def test_the_bound_is_trusted_exactly_up_to_the_payload_and_no_further(
