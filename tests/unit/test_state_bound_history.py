@@ -163,6 +163,22 @@ def test_the_kept_run_follows_envelopes_that_come_and_digests_anywhere_in_it() -
     assert again.kept_run() == KeptRun(0, 0, 0)
 
 
+def test_the_kept_run_is_counted_as_it_changes_not_measured_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = SessionState(session_id="s1", delivered=[envelope(1, "one"), envelope(2, "two")])
+    scratch = Scratch.thaw(state)
+    assert scratch.kept_run() == KeptRun(0, 6, 2)
+
+    def measured_again(cls: type[KeptRun], rows: object) -> KeptRun:
+        raise AssertionError("the kept run was measured again")
+
+    monkeypatch.setattr(KeptRun, "of", classmethod(measured_again))
+    scratch.deliver(envelope(3, "three"))
+    scratch.digest_delivered(0)  # the run's first row, as the fold digests them
+    assert scratch.kept_run() == KeptRun(1, len("twothree"), 2)
+
+
 def test_a_digests_bytes_are_its_stored_size_at_the_largest_turn_with_its_comma() -> None:
     for ids in ([], ["a"], [short_id(1), short_id(2)]):
         row = DeliveredDigest(turn_number=MAX_WIRE_INT, directive_ids=ids, text_sha256="0" * 64)
