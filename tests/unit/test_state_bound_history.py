@@ -177,6 +177,8 @@ def test_the_kept_run_is_counted_as_it_changes_not_measured_again(
     scratch.deliver(envelope(3, "three"))
     scratch.digest_delivered(0)  # the run's first row, as the fold digests them
     assert scratch.kept_run() == KeptRun(1, len("twothree"), 2)
+    # Handed to the state released, and from it to the next command's scratch.
+    assert Scratch.thaw(scratch.release()).kept_run() == KeptRun(1, len("twothree"), 2)
 
 
 def test_a_digests_bytes_are_its_stored_size_at_the_largest_turn_with_its_comma() -> None:
