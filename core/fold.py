@@ -30,7 +30,7 @@ from contracts.state import (
 )
 from contracts.trusted import trusted
 from core.canonical import sha256_hex
-from core.kept import TEXT_BYTES, KeptRun, history_of
+from core.kept import KeptRun, history_of
 from core.rules import remembered_reply, ttl_pass_due
 from core.size import KeptOnce, MeasuredOnce, digest_bytes, json_bytes, stored_bytes
 
@@ -338,18 +338,15 @@ def _delivered(s: Scratch, p: ev.Delivered, _: ev.Event) -> None:
     )
     # The newest envelopes are kept in full within FULL_ENVELOPE_TEXT_BYTES of stored text
     # (the newest always) and at most FULL_ENVELOPES_KEPT of them (§6.2, §4.1.1); older
-    # rows are digests already (this rule made them so): only the run at the end is read.
-    full = range(s.kept_run().start, len(s.delivered))
-    kept, text_bytes = 0, 0
-    for index in reversed(full):
-        row = s.delivered[index]
-        assert isinstance(row, DeliveredEnvelope)
-        text_bytes += TEXT_BYTES(row)
-        if kept and (kept >= FULL_ENVELOPES_KEPT or text_bytes > FULL_ENVELOPE_TEXT_BYTES):
-            break
-        kept += 1
-    for index in full[: len(full) - kept]:
-        s.digest_delivered(index)
+    # rows are digests already (this rule made them so). The run at the end, summed as it
+    # changes, loses its oldest row until it fits.
+    run = s.kept_run()
+    while len(s.delivered) - run.start > 1 and (
+        len(s.delivered) - run.start > FULL_ENVELOPES_KEPT
+        or run.text_bytes > FULL_ENVELOPE_TEXT_BYTES
+    ):
+        s.digest_delivered(run.start)
+        run = s.kept_run()
     if s.nonce is None and p.nonce is not None:
         s.nonce = p.nonce
 
