@@ -42,10 +42,11 @@ from bench.common import CpuMeter, embedded_server, emit, provision_server, runn
 from bench.write_path import drive_injects, null_gateway, profiled_gateway, warm_up
 
 MODES = ("null", "null_lean", "null_core", "gateway", "gateway_lean")
-#: The wrapper that serves the gateway of each mode that runs one (None: `reminders serve`).
-_GATEWAY_ARGV = {
+#: The wrapper that serves the gateway of each mode that runs one, as `running_services`
+#: takes it (None: `reminders serve`).
+_GATEWAY_ARGV: dict[str, dict[str, list[str]] | None] = {
     "gateway": None,
-    "gateway_lean": [sys.executable, "-m", "bench.lean_gateway"],
+    "gateway_lean": {"gateway": [sys.executable, "-m", "bench.lean_gateway"]},
 }
 #: The null gateway's flags of each mode that runs it.
 _NULL_FLAGS = {"null": [], "null_lean": ["--lean"], "null_core": ["--core"]}
@@ -77,8 +78,7 @@ def one_pass(
     `null_lean` and `null_core` processes run as the gateway's does (`--gateway-runtime`);
     with `stages`, a gateway mode's stage profile from a second, profiled pass."""
     if mode in _GATEWAY_ARGV:
-        wrapper = _GATEWAY_ARGV[mode]
-        argv = None if wrapper is None else {"gateway": wrapper}
+        argv = _GATEWAY_ARGV[mode]
         with running_services(url, ["gateway"], argv=argv) as services:
             pid = services["gateway"].process.pid
             result = _measure(url, mode, pid, tag, sessions, per_session)
@@ -89,7 +89,7 @@ def one_pass(
                 url,
                 lambda: drive_injects(url, profiled, sessions, per_session),
                 f"warm-{profiled}",
-                wrapper,
+                argv,
             )
         return result
     flags = _NULL_FLAGS[mode] + (

@@ -173,15 +173,15 @@ def profiled_gateway(
     url: str,
     load: Callable[[], Coroutine[Any, Any, Any]],
     warm_prefix: str = "warm",
-    argv: list[str] | None = None,
+    argv: dict[str, list[str]] | None = None,
 ) -> dict[str, float]:
     """µs of CPU per command by stage over `load`, through a gateway started for it with its
-    stage profile on (`argv`: a wrapper that serves the gateway), after a warm-up: a pass of
-    its own, apart from the measured one, as the profile's brackets cost CPU as well."""
+    stage profile on (`argv`: a wrapper that serves it, as `running_services` takes one), after
+    a warm-up: a pass of its own, apart from the measured one, as the profile's brackets cost
+    CPU as well."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gateway-stages.json"
-        wrappers = None if argv is None else {"gateway": argv}
-        with running_services(url, ["gateway"], {PROFILE_ENV: str(path)}, argv=wrappers):
+        with running_services(url, ["gateway"], {PROFILE_ENV: str(path)}, argv=argv):
             asyncio.run(warm_up(url, warm_prefix))
             asyncio.run(profile_mark(url))
             before = snapshot(path)
