@@ -39,6 +39,13 @@ def test_envelopes_whose_texts_fill_the_kept_bytes_exactly_are_all_kept_in_full(
     assert [type(row) for row in over.delivered] == [DeliveredDigest, DeliveredEnvelope]
 
 
+def test_the_newest_envelope_is_kept_in_full_however_long_its_text() -> None:
+    alone = _delivered_with_texts("b" * (FULL_ENVELOPE_TEXT_BYTES + 1))
+    assert [type(row) for row in alone.delivered] == [DeliveredEnvelope]
+    after_one = _delivered_with_texts("a", "b" * (FULL_ENVELOPE_TEXT_BYTES + 1))
+    assert [type(row) for row in after_one.delivered] == [DeliveredDigest, DeliveredEnvelope]
+
+
 def _remembering(*pads: int) -> SessionState:
     """The state after one remembered reply per pad (a real inject's event, reply padded)."""
     driver = Driver()
