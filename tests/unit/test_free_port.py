@@ -45,11 +45,25 @@ def test_a_port_claimed_by_a_live_process_is_not_picked_again(
     """Two picks racing for one port: the probe passes for both while neither server has
     bound it, so the claim is what keeps the second pick off it."""
     monkeypatch.setattr(embedded, "_reservations", lambda: tmp_path)
-    picks = iter([30_001, 30_001, 30_002])
+    first, second = _two_unheld_ports()
+    picks = iter([first, first, second])
     monkeypatch.setattr("cli.embedded.random.randrange", lambda *_: next(picks))
-    assert free_port() == 30_001
-    assert free_port() == 30_002
-    assert (tmp_path / "30001").read_text(encoding="ascii") == str(os.getpid())
+    assert free_port() == first
+    assert free_port() == second
+    assert (tmp_path / str(first)).read_text(encoding="ascii") == str(os.getpid())
+
+
+def _two_unheld_ports() -> tuple[int, int]:
+    """Two distinct ports nobody holds a moment ago (the kernel's picks, released at once):
+    fixed ones in the range `free_port` picks from may be held by the suite's own servers
+    on other workers, which the probe rightly skips."""
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as one,
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as two,
+    ):
+        one.bind(("127.0.0.1", 0))
+        two.bind(("127.0.0.1", 0))
+        return int(one.getsockname()[1]), int(two.getsockname()[1])
 
 
 def test_a_claim_left_by_an_exited_process_is_taken_over(
