@@ -10,6 +10,15 @@ why the stage that holds it cannot go lower. This runs, on one server with the l
 rounds:
 
 - `null`: the null gateway;
+- `null_atomic`: the same process sending what SPEC §3.4 and §3.4.1 ask of a gateway in place of
+  its one plain publish: each command's events (`deduped` and `injected`) group-committed into
+  atomic batches by the gateway's own committer (`null_gateway --atomic`);
+- `null_atomic_lean`: that, with the events made from each request as `null_lean` makes them
+  (`null_gateway --atomic --lean`): every message a gateway must send, and the least work that
+  makes them;
+- `null_atomic_pipelined`: `null_atomic` with up to four batches in flight at once instead of
+  one (`null_gateway --atomic-pipelined`), to tell whether the committer's waiting or the
+  server's commits hold `null_atomic`;
 - `null_lean`: the same process making each command's events as the core would, byte for
   byte, with nothing but the work they need (`null_gateway --lean`: `bench.lean_inject`);
 - `null_core`: the same process doing the core's part of each command as well
@@ -25,7 +34,9 @@ the messages no gateway can avoid; `null_lean` against `null` is what the same o
 made without the core's models and rules, the best a rewrite of the core could keep; and
 `gateway_lean` is what the whole gateway would keep with such a core, measured. With
 `--gateway-runtime`, `null_lean` and `null_core` run on the gateway's event loop and collector
-threshold, so the gateway less `null_core` is what the gateway's own parts cost. With
+threshold (as does `null_atomic_lean`), so the gateway less `null_core` is what the gateway's own
+parts cost, and `gateway_lean` less `null_atomic_lean` what they cost beyond the messages the
+SPEC asks for. With
 `--stages`, each gateway mode's pass is followed by a profiled one, for its CPU per command by
 stage (as `write_gateway` reports the gateway's). Results go to bench/results/gateway_floor.json.
 """
@@ -41,7 +52,16 @@ from typing import Any
 from bench.common import CpuMeter, embedded_server, emit, provision_server, running_services
 from bench.write_path import drive_injects, null_gateway, profiled_gateway, warm_up
 
-MODES = ("null", "null_lean", "null_core", "gateway", "gateway_lean")
+MODES = (
+    "null",
+    "null_atomic",
+    "null_atomic_lean",
+    "null_atomic_pipelined",
+    "null_lean",
+    "null_core",
+    "gateway",
+    "gateway_lean",
+)
 #: The wrapper that serves the gateway of each mode that runs one, as `running_services`
 #: takes it (None: `reminders serve`).
 _GATEWAY_ARGV: dict[str, dict[str, list[str]] | None] = {
@@ -49,7 +69,18 @@ _GATEWAY_ARGV: dict[str, dict[str, list[str]] | None] = {
     "gateway_lean": {"gateway": [sys.executable, "-m", "bench.lean_gateway"]},
 }
 #: The null gateway's flags of each mode that runs it.
-_NULL_FLAGS = {"null": [], "null_lean": ["--lean"], "null_core": ["--core"]}
+_NULL_FLAGS = {
+    "null": [],
+    "null_atomic": ["--atomic"],
+    "null_atomic_lean": ["--atomic", "--lean"],
+    "null_atomic_pipelined": ["--atomic-pipelined"],
+    "null_lean": ["--lean"],
+    "null_core": ["--core"],
+}
+#: The null gateway's modes that `--gateway-runtime` runs on the gateway's event loop: those
+#: doing part of a command's work, set beside the gateway. `null` and `null_atomic` stay on
+#: stock asyncio, so that they differ only in the messages they send.
+_ON_GATEWAY_RUNTIME = frozenset({"null_lean", "null_core", "null_atomic_lean"})
 
 
 def _measure(
@@ -93,7 +124,7 @@ def one_pass(
             )
         return result
     flags = _NULL_FLAGS[mode] + (
-        ["--gateway-runtime"] if gateway_runtime and mode != "null" else []
+        ["--gateway-runtime"] if gateway_runtime and mode in _ON_GATEWAY_RUNTIME else []
     )
     with null_gateway(url, *flags) as process:
         return _measure(url, mode, process.pid, tag, sessions, per_session)

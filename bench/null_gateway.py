@@ -27,6 +27,15 @@ by `bench.lean_inject` instead: the same request validation and the same event b
 without the core's models or any rule the output does not need. It publishes the last event,
 as `--core` does.
 
+`python -m bench.null_gateway URL --atomic` appends what SPEC §3.4 and §3.4.1 ask of a gateway
+instead of one plain publish: each command's events (the two of an inject with a dedupe key,
+`deduped` and `injected`, as the load's commands write them; the first of a session only
+`injected`), each with a message id of its own, group-committed with the gateway's own
+`GroupCommitter` into atomic batches, each session's first message carrying the expectation.
+Still no decision, validation or session read. With `--lean` as well, the events are made by
+`bench.lean_inject` from the request, as `--lean` makes them. `--atomic-pipelined` does what
+`--atomic` does with up to four batches in flight at once instead of one.
+
 `--gateway-runtime` runs any of these on the gateway's event loop (uvloop where installed)
 with the gateway's collector threshold, so that `--core` and `--lean` differ from the
 gateway only in what they do per command. Without it, the process is stock asyncio with
@@ -38,30 +47,42 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from typing import Any, cast
 
 import nats
 import orjson
 from nats.aio.msg import Msg
 
-from bench.lean_inject import LeanSessions
+from bench.lean_inject import LeanEvent, LeanSessions
 from bench.traffic import decide_session
+from bench.write_path import inject_payload
 from contracts import commands as cmd
 from contracts.state import SessionState
 from contracts.subjects import event_subject, last_token, session_subject_filter
 from core import decide
-from services.adapters.append import encode_event
-from services.adapters.ids import fresh_context
+from services.adapters.append import SessionAppend, encode_event
+from services.adapters.ids import fresh_context, new_uuid7
 from services.adapters.jetstream import H_EXPECTED_SEQ, H_EXPECTED_SUBJECT
 from services.adapters.memory import collect_less_often
+from services.gateway.committer import GroupCommitter
 from services.gateway.listener import QUEUE_GROUP
 from services.runtime import event_loop_factory
 
 COMMANDS = "reminders.v1.*"
+#: How long the `--atomic` process waits for a batch's PubAck, as the gateway's default.
+COMMIT_TIMEOUT_S = 5.0
+
+#: How many batches `--atomic-pipelined` has in flight at most.
+PIPELINED_BATCHES = 4
+
+#: One command's events: what the append reads of each (kind, session, message id) and
+#: their wire bytes, in order.
+Made = tuple[tuple[LeanEvent, ...], tuple[bytes, ...]]
 
 
-def decided_by_core(op: str, body: object, states: dict[str, SessionState]) -> tuple[str, bytes]:
+def decided_by_core(op: str, body: object, states: dict[str, SessionState]) -> Made:
     """The core's part of one command (`--core`): validate, decide against the session's
-    state, keep the state the decision folded; the kind and bytes of the last event."""
+    state, keep the state the decision folded; the events and their bytes."""
     command, _ = cmd.parse_command(op, body)
     state = states.get(command.session_id) or SessionState()
     decision = decide(state, command, fresh_context())
@@ -71,42 +92,123 @@ def decided_by_core(op: str, body: object, states: dict[str, SessionState]) -> t
         raise RuntimeError(f"{op} decided nothing: {error.get('code')}")
     # As the gateway keeps it: the state the decision folded, not a second fold.
     states[command.session_id] = decision.state_after(state, state.stream_seq)
-    return decision.events[-1].kind, decision.encoded[-1]
+    events = tuple(LeanEvent(e.kind, e.session_id, e.event_id) for e in decision.events)
+    return events, decision.encoded
 
 
-async def serve(url: str, echo: bool = False, core: bool = False, lean: bool = False) -> None:
-    """Answer commands until SIGTERM (with `echo`, at once and without a publish; with
-    `core`, each decided by the core first; with `lean`, by `bench.lean_inject`)."""
+class PipelinedCommitter(GroupCommitter):
+    """The gateway's group commit with up to `PIPELINED_BATCHES` batches in flight at once
+    instead of one (`--atomic-pipelined`): a measurement of whether waiting for each batch's
+    PubAck before sending the next is what holds `--atomic`, or the server's commits are."""
+
+    async def _run(self) -> None:
+        slots = asyncio.Semaphore(PIPELINED_BATCHES)
+        in_flight: set[asyncio.Task[None]] = set()
+
+        def settled(task: asyncio.Task[None]) -> None:
+            in_flight.discard(task)
+            slots.release()
+
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                await slots.acquire()
+                group = self._take_group()
+                if not group:
+                    slots.release()
+                    continue
+                task = asyncio.create_task(self._commit(group))
+                in_flight.add(task)
+                task.add_done_callback(settled)
+
+
+def inject_template() -> tuple[tuple[str, bytes], ...]:
+    """The kinds and wire bytes of the events of one inject of the benchmark's load
+    (`write_path.inject_payload`) into a session that already holds one with its dedupe key:
+    `deduped` and `injected`, as the gateway writes them for every command of a lane but the
+    first."""
+    sessions = LeanSessions()
+    made: tuple[tuple[str, bytes], ...] = ()
+    for number in range(2):
+        command, _ = cmd.parse_command("inject", inject_payload("null-template", number))
+        decision = sessions.decide_command(command, fresh_context())
+        decision.keep()
+        made = tuple(
+            (event.kind, data)
+            for event, data in zip(decision.events, decision.encoded, strict=True)
+        )
+    return made
+
+
+def templated(session_id: str, first: bool, template: tuple[tuple[str, bytes], ...]) -> Made:
+    """The template's events as `session_id`'s next command writes them, each with a message
+    id of its own (the stream drops a repeated one): its first command only the last one."""
+    chosen = template[-1:] if first else template
+    events = tuple(LeanEvent(kind, session_id, new_uuid7()) for kind, _ in chosen)
+    return events, tuple(data for _, data in chosen)
+
+
+async def serve(url: str, mode: frozenset[str] = frozenset()) -> None:
+    """Answer commands until SIGTERM, as the module's docstring says of each flag in `mode`
+    (`echo`, `core`, `lean`, `atomic`)."""
     nc = await nats.connect(url)
     js = nc.jetstream()
-    data = encode_event(decide_session("null-template", [0])[0][0])
+    template = inject_template()
+    # The baseline publishes the bytes of one `injected` event, whatever the command.
+    baseline = encode_event(decide_session("null-template", [0])[0][0])
+    fixed: Made = ((LeanEvent("injected", "", ""),), (baseline,))
     last: dict[str, int] = {}
     locks: dict[str, asyncio.Lock] = {}
     states: dict[str, SessionState] = {}
     leans = LeanSessions()
     tasks: set[asyncio.Task[None]] = set()
+    committer: GroupCommitter | None = None
+    if "atomic" in mode:
+        committer = GroupCommitter(nc)
+    if "atomic-pipelined" in mode:
+        committer = PipelinedCommitter(nc)
+    if committer is not None:
+        committer.start()
+
+    def made(op: str, body: dict[str, Any], session_id: str) -> Made:
+        if "core" in mode:
+            return decided_by_core(op, body, states)
+        if "lean" in mode:
+            command, _ = cmd.parse_command(op, body)
+            decision = leans.decide_command(command, fresh_context())
+            decision.keep()
+            return decision.events, decision.encoded
+        if committer is None:
+            return fixed
+        return templated(session_id, session_id not in last, template)
+
+    async def stored(
+        session_id: str, events: tuple[LeanEvent, ...], data: tuple[bytes, ...]
+    ) -> int:
+        expected = last.get(session_id, 0)
+        if committer is not None:
+            # The events stand in for the core's: the append reads their kind, session and id.
+            append = SessionAppend(session_id, expected, cast(Any, events), encoded=data)
+            return (await committer.commit(append, COMMIT_TIMEOUT_S))[-1]
+        headers = {
+            H_EXPECTED_SUBJECT: session_subject_filter(session_id),
+            H_EXPECTED_SEQ: str(expected),
+        }
+        subject = event_subject(events[-1].kind, session_id)
+        return (await js.publish(subject, data[-1], headers=headers)).seq
 
     async def handle(message: Msg) -> None:
         body = orjson.loads(message.data)
         session_id = str(body["session_id"])
         # One command per session in flight, as the gateway does.
         async with locks.setdefault(session_id, asyncio.Lock()):
-            kind, event = "injected", data
-            if core:
-                kind, event = decided_by_core(last_token(message.subject), body, states)
-            elif lean:
-                kind, events = leans.decide(last_token(message.subject), body, fresh_context())
-                event = events[-1]
-            headers = {
-                H_EXPECTED_SUBJECT: session_subject_filter(session_id),
-                H_EXPECTED_SEQ: str(last.get(session_id, 0)),
-            }
-            ack = await js.publish(event_subject(kind, session_id), event, headers=headers)
-            last[session_id] = ack.seq
-        await message.respond(orjson.dumps({"ok": True, "stream_seq": ack.seq}))
+            events, data = made(last_token(message.subject), body, session_id)
+            seq = last[session_id] = await stored(session_id, events, data)
+        await message.respond(orjson.dumps({"ok": True, "stream_seq": seq}))
 
     async def receive(message: Msg) -> None:
-        if echo:
+        if "echo" in mode:
             orjson.loads(message.data)
             await message.respond(b'{"ok":true}')
             return
@@ -120,6 +222,8 @@ async def serve(url: str, echo: bool = False, core: bool = False, lean: bool = F
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
     await stop.wait()
+    if committer is not None:
+        await committer.stop()
     await nc.drain()
 
 
@@ -132,9 +236,7 @@ def main(argv: list[str]) -> None:
         collect_less_often()
         loop_factory = event_loop_factory("auto")
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(
-            serve(argv[1], echo="--echo" in flags, core="--core" in flags, lean="--lean" in flags)
-        )
+        runner.run(serve(argv[1], frozenset(flag.removeprefix("--") for flag in flags)))
 
 
 if __name__ == "__main__":
