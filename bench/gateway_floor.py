@@ -28,24 +28,27 @@ rounds:
 - `gateway_lean`: the same gateway with the core's `decide` replaced by the lean path
   (`bench.lean_gateway`): every other part of the gateway as it serves.
 
-Each with its commands/s and its process's CPU per command (from `/proc`, in the kernel's
-10 ms ticks). `null_core` against `null` is what the core alone costs a process that does
-the messages no gateway can avoid; `null_lean` against `null` is what the same output costs
-made without the core's models and rules, the best a rewrite of the core could keep; and
+Each with its commands/s and its process's CPU per command (from `/proc`, in the kernel's 10 ms
+ticks), with nats-server's and the load generator's, and how many of the machine's cores the
+three kept busy on average. `null_core` against `null` is what the core alone costs a process
+that does the messages no gateway can avoid; `null_lean` against `null` is what the same output
+costs made without the core's models and rules, the best a rewrite of the core could keep; and
 `gateway_lean` is what the whole gateway would keep with such a core, measured. With
 `--gateway-runtime`, `null_lean` and `null_core` run on the gateway's event loop and collector
-threshold (as does `null_atomic_lean`), so the gateway less `null_core` is what the gateway's own
-parts cost, and `gateway_lean` less `null_atomic_lean` what they cost beyond the messages the
-SPEC asks for. With
-`--stages`, each gateway mode's pass is followed by a profiled one, for its CPU per command by
-stage (as `write_gateway` reports the gateway's). Results go to bench/results/gateway_floor.json.
+threshold (as does `null_atomic_lean`), so the gateway less `null_core` is what the gateway's
+own parts cost, and `gateway_lean` less `null_atomic_lean` what they cost beyond the messages
+the SPEC asks for. With `--stages`, each gateway mode's pass is followed by a profiled one, for
+its CPU per command by stage (as `write_gateway` reports the gateway's). Results go to
+bench/results/gateway_floor.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,20 +87,32 @@ _ON_GATEWAY_RUNTIME = frozenset({"null_lean", "null_core", "null_atomic_lean"})
 
 
 def _measure(
-    url: str, mode: str, pid: int, tag: str, sessions: int, per_session: int
+    url: str, mode: str, pids: tuple[int, int], tag: str, sessions: int, per_session: int
 ) -> dict[str, Any]:
-    """The load through the running process `pid`: commands/s and its CPU µs per command."""
+    """The load through the running process (`pids`: it, then nats-server): commands/s, and
+    the CPU µs per command of it, of the server and of the load generator (this process),
+    with how many of the machine's cores the three kept busy on average."""
     asyncio.run(warm_up(url, f"warm-{tag}"))
-    meter = CpuMeter({mode: pid})
+    meter = CpuMeter({mode: pids[0], "nats-server": pids[1], "load": os.getpid()})
+    started = time.perf_counter()
     per_s, failed, _ = asyncio.run(drive_injects(url, tag, sessions, per_session))
-    cpu_ms = meter.ms_per(sessions * per_session)[mode]
+    seconds = time.perf_counter() - started
+    cpu_ms = meter.ms_per(sessions * per_session)
     if failed:
         raise RuntimeError(f"{mode}: {failed} commands failed")
-    return {"mode": mode, "commands_per_s": per_s, "cpu_us_per_command": round(cpu_ms * 1000, 1)}
+    return {
+        "mode": mode,
+        "commands_per_s": per_s,
+        "cpu_us_per_command": round(cpu_ms[mode] * 1000, 1),
+        "server_cpu_us_per_command": round(cpu_ms["nats-server"] * 1000, 1),
+        "load_cpu_us_per_command": round(cpu_ms["load"] * 1000, 1),
+        "cores_busy": round(cpu_ms["total"] * sessions * per_session / 1000 / seconds, 2),
+    }
 
 
 def one_pass(
     url: str,
+    server_pid: int,
     mode: str,
     tag: str,
     sessions: int,
@@ -112,7 +127,7 @@ def one_pass(
         argv = _GATEWAY_ARGV[mode]
         with running_services(url, ["gateway"], argv=argv) as services:
             pid = services["gateway"].process.pid
-            result = _measure(url, mode, pid, tag, sessions, per_session)
+            result = _measure(url, mode, (pid, server_pid), tag, sessions, per_session)
         if stages:
             # Sessions of their own: the measured pass's are in this server already.
             profiled = f"{tag}-stages"
@@ -127,7 +142,7 @@ def one_pass(
         ["--gateway-runtime"] if gateway_runtime and mode in _ON_GATEWAY_RUNTIME else []
     )
     with null_gateway(url, *flags) as process:
-        return _measure(url, mode, process.pid, tag, sessions, per_session)
+        return _measure(url, mode, (process.pid, server_pid), tag, sessions, per_session)
 
 
 def run(
@@ -145,13 +160,23 @@ def run(
         for number in range(rounds):
             for mode in modes:
                 tag = f"{mode}-{number}"
+                assert server.process is not None
                 result = one_pass(
-                    server.url, mode, tag, sessions, per_session, gateway_runtime, stages
+                    server.url,
+                    server.process.pid,
+                    mode,
+                    tag,
+                    sessions,
+                    per_session,
+                    gateway_runtime,
+                    stages,
                 )
                 passes.append(result)
                 print(
                     f"{mode}: {result['commands_per_s']:,.0f} commands/s, "
-                    f"{result['cpu_us_per_command']} µs CPU per command",
+                    f"{result['cpu_us_per_command']} µs CPU per command "
+                    f"(nats-server {result['server_cpu_us_per_command']}, load "
+                    f"{result['load_cpu_us_per_command']}; {result['cores_busy']} cores busy)",
                     flush=True,
                 )
     best = {mode: max(p["commands_per_s"] for p in passes if p["mode"] == mode) for mode in modes}
