@@ -123,28 +123,34 @@ class PipelinedCommitter(GroupCommitter):
                 task.add_done_callback(settled)
 
 
-def inject_template() -> tuple[tuple[str, bytes], ...]:
-    """The kinds and wire bytes of the events of one inject of the benchmark's load
-    (`write_path.inject_payload`) into a session that already holds one with its dedupe key:
-    `deduped` and `injected`, as the gateway writes them for every command of a lane but the
-    first."""
+#: The kinds and wire bytes of one command's events.
+Template = tuple[tuple[str, bytes], ...]
+
+
+def inject_template(session_id: str = "null-template") -> tuple[Template, Template]:
+    """The kinds and wire bytes of the events of the benchmark's load's injects
+    (`write_path.inject_payload`) into `session_id`, as the gateway writes them: for a
+    session's first command (`injected`), and for each later one, whose dedupe key the
+    session already holds (`deduped`, `injected`)."""
     sessions = LeanSessions()
-    made: tuple[tuple[str, bytes], ...] = ()
+    made: list[Template] = []
     for number in range(2):
-        command, _ = cmd.parse_command("inject", inject_payload("null-template", number))
+        command, _ = cmd.parse_command("inject", inject_payload(session_id, number))
         decision = sessions.decide_command(command, fresh_context())
         decision.keep()
-        made = tuple(
-            (event.kind, data)
-            for event, data in zip(decision.events, decision.encoded, strict=True)
+        made.append(
+            tuple(
+                (event.kind, data)
+                for event, data in zip(decision.events, decision.encoded, strict=True)
+            )
         )
-    return made
+    return made[0], made[1]
 
 
-def templated(session_id: str, first: bool, template: tuple[tuple[str, bytes], ...]) -> Made:
-    """The template's events as `session_id`'s next command writes them, each with a message
-    id of its own (the stream drops a repeated one): its first command only the last one."""
-    chosen = template[-1:] if first else template
+def templated(session_id: str, first: bool, template: tuple[Template, Template]) -> Made:
+    """The template's events as `session_id`'s next command (its `first` or a later one)
+    writes them, each with a message id of its own (the stream drops a repeated one)."""
+    chosen = template[0] if first else template[1]
     events = tuple(LeanEvent(kind, session_id, new_uuid7()) for kind, _ in chosen)
     return events, tuple(data for _, data in chosen)
 
