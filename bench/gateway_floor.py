@@ -157,10 +157,10 @@ def run(
     passes: list[dict[str, Any]] = []
     with embedded_server() as server:
         asyncio.run(provision_server(server.url))
+        assert server.process is not None
         for number in range(rounds):
             for mode in modes:
                 tag = f"{mode}-{number}"
-                assert server.process is not None
                 result = one_pass(
                     server.url,
                     server.process.pid,

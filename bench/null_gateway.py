@@ -157,7 +157,7 @@ def templated(session_id: str, first: bool, template: tuple[Template, Template])
 
 async def serve(url: str, mode: frozenset[str] = frozenset()) -> None:
     """Answer commands until SIGTERM, as the module's docstring says of each flag in `mode`
-    (`echo`, `core`, `lean`, `atomic`)."""
+    (`echo`, `core`, `lean`, `atomic`, `atomic-pipelined`)."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     template = inject_template()
