@@ -4,7 +4,7 @@
                                    [--output F]
 
 - `interleaved`: `--sessions` sessions take turns, each sending `--commands` injects with a
-  dedupe key (the `write_gateway` scenario's commands, `bench.write_path.inject_payload`);
+  dedupe key (the `write_gateway` scenario's commands, `bench.traffic.inject_payload`);
   the mean µs of `decide` per command after the first fifth (a warm-up).
 - `life`: one session sent `--life` such injects in a row; the mean µs of `decide` per
   command in each window of its life (up to 100, 1,000, 3,000, then `--life` commands), to
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import emit
-from bench.write_path import inject_payload
+from bench.traffic import inject_payload
 from contracts import commands as cmd
 from contracts.state import SessionState
 from core import Decision, decide, fold_all

@@ -54,8 +54,7 @@ import orjson
 from nats.aio.msg import Msg
 
 from bench.lean_inject import LeanEvent, LeanSessions
-from bench.traffic import decide_session
-from bench.write_path import inject_payload
+from bench.traffic import decide_session, inject_payload
 from contracts import commands as cmd
 from contracts.state import SessionState
 from contracts.subjects import event_subject, last_token, session_subject_filter
@@ -129,7 +128,7 @@ Template = tuple[tuple[str, bytes], ...]
 
 def inject_template(session_id: str = "null-template") -> tuple[Template, Template]:
     """The kinds and wire bytes of the events of the benchmark's load's injects
-    (`write_path.inject_payload`) into `session_id`, as the gateway writes them: for a
+    (`traffic.inject_payload`) into `session_id`, as the gateway writes them: for a
     session's first command (`injected`), and for each later one, whose dedupe key the
     session already holds (`deduped`, `injected`)."""
     sessions = LeanSessions()

@@ -35,13 +35,8 @@ from typing import Any
 import nats
 
 from bench.common import UNLIMITED_ENV, embedded_server, percentile, provision_server
-from bench.write_path import (
-    gateway_sequential,
-    inject_payload,
-    null_gateway,
-    raw_sequential,
-    warm_up,
-)
+from bench.traffic import inject_payload
+from bench.write_path import gateway_sequential, null_gateway, raw_sequential, warm_up
 from cli.supervisor import ServiceProcess, spawn_service, stop_all, wait_ready
 from client.sdk import ReminderClient
 from services.adapters.settings import Settings

@@ -99,6 +99,14 @@ def command_fields(position: int) -> tuple[str, dict[str, object]]:
     return op, {"turn": turn}
 
 
+def inject_payload(session_id: str, n: int) -> dict[str, object]:
+    """The n-th inject of a session: same dedupe key each time, so `deduped` + `injected`."""
+    return {
+        "session_id": session_id,
+        "reminder": {"body": f"note {n}: keep the tests green", "ttl_turns": 3, "dedupe_key": "k"},
+    }
+
+
 def decide_session(session_id: str, times: Sequence[int]) -> tuple[tuple[Event, ...], ...]:
     """One session's script of `len(times)` commands, decided and folded by the core, the k-th
     at fake-clock slot `times[k]`. Raises if the core refuses one (the script is wrong)."""

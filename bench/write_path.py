@@ -45,7 +45,7 @@ from bench.common import (
     running_services,
 )
 from bench.stages import GATEWAY_STAGES, snapshot, stage_profile
-from bench.traffic import decide_session
+from bench.traffic import decide_session, inject_payload
 from cli.up import SERVICES
 from client.sdk import ReminderClient
 from contracts.subjects import event_subject, session_subject_filter
@@ -57,14 +57,6 @@ from services.adapters.stages import PROFILE_ENV
 
 #: How long one phase may wait for replies or for the projector before giving up.
 PHASE_TIMEOUT_S = 300.0
-
-
-def inject_payload(session_id: str, n: int) -> dict[str, Any]:
-    """The n-th inject of a session: same dedupe key each time, so `deduped` + `injected`."""
-    return {
-        "session_id": session_id,
-        "reminder": {"body": f"note {n}: keep the tests green", "ttl_turns": 3, "dedupe_key": "k"},
-    }
 
 
 async def occ_plain_publish(url: str, sessions: int, per_session: int) -> float:

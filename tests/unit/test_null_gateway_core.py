@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from bench.null_gateway import decided_by_core, inject_template, templated
-from bench.write_path import inject_payload
+from bench.traffic import inject_payload
 from contracts.errors import ReminderError
 from contracts.state import SessionState
 
