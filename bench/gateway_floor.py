@@ -48,12 +48,11 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import CpuMeter, embedded_server, emit, provision_server, running_services
-from bench.write_path import drive_injects, null_gateway, profiled_gateway, warm_up
+from bench.common import embedded_server, emit, provision_server, running_services
+from bench.write_path import drive_injects, metered_injects, null_gateway, profiled_gateway
 
 MODES = (
     "null",
@@ -92,12 +91,8 @@ def _measure(
     """The load through the running process (`pids`: it, then nats-server): commands/s, and
     the CPU µs per command of it, of the server and of the load generator (this process),
     with how many of the machine's cores the three kept busy on average."""
-    asyncio.run(warm_up(url, f"warm-{tag}"))
-    meter = CpuMeter({mode: pids[0], "nats-server": pids[1], "load": os.getpid()})
-    started = time.perf_counter()
-    per_s, failed, _ = asyncio.run(drive_injects(url, tag, sessions, per_session))
-    seconds = time.perf_counter() - started
-    cpu_ms = meter.ms_per(sessions * per_session)
+    meter = {mode: pids[0], "nats-server": pids[1], "load": os.getpid()}
+    per_s, failed, cpu_ms = metered_injects(url, tag, meter, sessions, per_session)
     if failed:
         raise RuntimeError(f"{mode}: {failed} commands failed")
     return {
@@ -106,7 +101,8 @@ def _measure(
         "cpu_us_per_command": round(cpu_ms[mode] * 1000, 1),
         "server_cpu_us_per_command": round(cpu_ms["nats-server"] * 1000, 1),
         "load_cpu_us_per_command": round(cpu_ms["load"] * 1000, 1),
-        "cores_busy": round(cpu_ms["total"] * sessions * per_session / 1000 / seconds, 2),
+        # CPU seconds per command times commands per second.
+        "cores_busy": round(cpu_ms["total"] / 1000 * per_s, 2),
     }
 
 

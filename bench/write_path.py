@@ -184,17 +184,28 @@ def profiled_gateway(
             return stage_profile(path, "commands", GATEWAY_STAGES, before)
 
 
+def metered_injects(
+    url: str, tag: str, pids: dict[str, int], sessions: int, per_session: int, in_flight: int = 1
+) -> tuple[float, int, dict[str, float]]:
+    """After a warm-up, `drive_injects` on sessions named from `tag` (each pass its own: a null
+    gateway knows only the sessions it wrote): commands/s, failed replies, and the CPU ms per
+    command of each of `pids` (`CpuMeter.ms_per`, with `total`)."""
+    asyncio.run(warm_up(url, f"warm-{tag}"))
+    meter = CpuMeter(pids)
+    per_s, failed, _ = asyncio.run(drive_injects(url, tag, sessions, per_session, in_flight))
+    return per_s, failed, meter.ms_per(sessions * per_session)
+
+
 def null_pass(
     url: str, tag: str, sessions: int, per_session: int, in_flight: int, *flags: str
 ) -> tuple[float, int, float]:
-    """The load through a null gateway started with `flags`, on sessions of its own (`tag`:
-    it knows only the sessions it wrote): commands/s, failed replies, its CPU µs per command."""
+    """The load through a null gateway started with `flags`, on sessions of its own (`tag`):
+    commands/s, failed replies, its CPU µs per command."""
     with null_gateway(url, *flags) as process:
-        asyncio.run(warm_up(url, f"warm-{tag}"))
-        meter = CpuMeter({tag: process.pid})
-        per_s, failed, _ = asyncio.run(drive_injects(url, tag, sessions, per_session, in_flight))
-        cpu_ms = meter.ms_per(sessions * per_session)[tag]
-    return per_s, failed, round(cpu_ms * 1000, 1)
+        per_s, failed, cpu_ms = metered_injects(
+            url, tag, {tag: process.pid}, sessions, per_session, in_flight
+        )
+    return per_s, failed, round(cpu_ms[tag] * 1000, 1)
 
 
 def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, Any]:
@@ -214,12 +225,11 @@ def write_gateway(sessions: int, per_session: int, in_flight: int) -> dict[str, 
             server.url, "null-atomic", sessions, per_session, in_flight, "--atomic"
         )
         with running_services(server.url, ["gateway"]) as services:
-            asyncio.run(warm_up(server.url))
-            meter = CpuMeter({"gateway": services["gateway"].process.pid})
-            measured, failed, _ = asyncio.run(
-                drive_injects(server.url, "gw", sessions, per_session, in_flight)
+            pids = {"gateway": services["gateway"].process.pid}
+            measured, failed, cpu_ms = metered_injects(
+                server.url, "gw", pids, sessions, per_session, in_flight
             )
-            gateway_cpu = meter.ms_per(sessions * per_session)["gateway"]
+            gateway_cpu = cpu_ms["gateway"]
         gateway_stages = profiled_gateway(
             server.url, lambda: drive_injects(server.url, "gwp", sessions, per_session, in_flight)
         )
