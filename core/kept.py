@@ -16,9 +16,10 @@ from typing import Protocol, cast
 from contracts.state import DeliveredDigest, DeliveredEnvelope
 from core.size import MeasuredOnce, digest_bytes, json_bytes, stored_bytes
 
-#: Stored size of each delivered envelope's text, by row, held only while the row lives: every
-#: `delivered` re-measures the kept envelopes, and a table keyed by the texts themselves
-#: would keep them alive after every state let them go.
+#: Stored size of each delivered envelope's text, by row, held only while the row lives: a row
+#: is measured as it joins the kept run and again as it leaves it (or as a run is summed
+#: afresh), and a table keyed by the texts themselves would keep them alive after every state
+#: let them go.
 TEXT_BYTES: MeasuredOnce[DeliveredEnvelope] = MeasuredOnce(lambda row: stored_bytes(row.text))
 
 #: A session's delivered rows, as the state and the fold's scratch hold them.
