@@ -81,12 +81,17 @@ class LeanSessions:
 
     sessions: dict[str, LeanSession] = field(default_factory=dict)
 
-    def decide(self, op: str, raw: object, context: CommandContext) -> tuple[str, list[bytes]]:
-        """One inject decided and kept: the kind of its last event and every event's wire
-        bytes."""
+    def decided(self, op: str, raw: object, context: CommandContext) -> LeanDecision:
+        """One inject validated from its request, decided and kept."""
         command, _ = cmd.parse_command(op, raw)
         decision = self.decide_command(command, context)
         decision.keep()
+        return decision
+
+    def decide(self, op: str, raw: object, context: CommandContext) -> tuple[str, list[bytes]]:
+        """One inject decided and kept: the kind of its last event and every event's wire
+        bytes."""
+        decision = self.decided(op, raw, context)
         return decision.events[-1].kind, list(decision.encoded)
 
     def decide_command(self, command: cmd.Command, context: CommandContext) -> LeanDecision:

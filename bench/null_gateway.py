@@ -134,9 +134,7 @@ def inject_template(session_id: str = "null-template") -> tuple[Template, Templa
     sessions = LeanSessions()
     made: list[Template] = []
     for number in range(2):
-        command, _ = cmd.parse_command("inject", inject_payload(session_id, number))
-        decision = sessions.decide_command(command, fresh_context())
-        decision.keep()
+        decision = sessions.decided("inject", inject_payload(session_id, number), fresh_context())
         made.append(
             tuple(
                 (event.kind, data)
@@ -180,9 +178,7 @@ async def serve(url: str, mode: frozenset[str] = frozenset()) -> None:
         if "core" in mode:
             return decided_by_core(op, body, states)
         if "lean" in mode:
-            command, _ = cmd.parse_command(op, body)
-            decision = leans.decide_command(command, fresh_context())
-            decision.keep()
+            decision = leans.decided(op, body, fresh_context())
             return decision.events, decision.encoded
         if committer is None:
             return fixed
